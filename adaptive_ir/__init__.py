@@ -1,0 +1,3 @@
+"""adaptive-ir: batched reinforcement learning for query reformulation."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,55 @@
+"""Pseudo-relevance feedback statistics shared by the RM3 baseline and the candidate miner."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .text import CorpusTerms
+
+
+def feedback_matrix(doc_idx: np.ndarray, doc_weight: np.ndarray, num_docs: int) -> sp.csr_matrix:
+    """(Q, num_docs) sparse matrix with ``doc_weight[q, j]`` at column ``doc_idx[q, j]`` (zeros dropped)."""
+    q, k = doc_idx.shape
+    rows = np.repeat(np.arange(q), k)
+    m = sp.csr_matrix((doc_weight.ravel().astype(np.float64), (rows, doc_idx.ravel())), shape=(q, num_docs))
+    m.eliminate_zeros()
+    return m
+
+
+def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.ndarray) -> sp.csr_matrix:
+    """RM1 weights for a batch of queries, as Anserini's Rm3Reranker computes them.
+
+    RM1(w) = Σ_d score(d) · tf(w, d) / |d| over each query's feedback docs (first-pass BM25 scores;
+    docs with score ≤ 0 or length 0 are skipped). Returns a (Q, vocab) sparse matrix.
+    """
+    length = corpus.doc_len[doc_idx]
+    weight = np.where((doc_scores > 0) & (length > 0), doc_scores / np.maximum(length, 1), 0.0)
+    return (feedback_matrix(doc_idx, weight, corpus.num_docs) @ corpus.doc_tf).tocsr()
+
+
+def top_terms(row_matrix: sp.csr_matrix, q: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` heaviest (term ids, weights) of row ``q``, heaviest first, ties broken by smaller term id."""
+    lo, hi = row_matrix.indptr[q], row_matrix.indptr[q + 1]
+    cols, vals = row_matrix.indices[lo:hi], row_matrix.data[lo:hi]
+    order = np.lexsort((cols, -vals))[:n]
+    return cols[order], vals[order]
+
+
+def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int = 10,
+                orig_weight: float = 0.5) -> tuple[list[list[int]], list[list[float]]]:
+    """RM3 expanded queries: orig_weight · (query term counts, L1-normalised) + (1 − orig_weight) · RM1
+    pruned to its ``fb_terms`` heaviest terms and L1-normalised. Returns (term ids, weights) per query."""
+    out_terms, out_weights = [], []
+    for q, terms in enumerate(query_terms):
+        weights: dict[int, float] = {}
+        for t in terms:
+            weights[t] = weights.get(t, 0.0) + orig_weight / len(terms)
+        cols, vals = top_terms(rm1, q, fb_terms)
+        z = float(vals.sum())
+        if z > 0:
+            for t, v in zip(cols.tolist(), vals.tolist()):
+                weights[t] = weights.get(t, 0.0) + (1.0 - orig_weight) * v / z
+        out_terms.append(list(weights))
+        out_weights.append(list(weights.values()))
+    return out_terms, out_weights

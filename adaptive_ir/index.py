@@ -1,0 +1,180 @@
+"""BM25 as a sparse term × document impact matrix, searched for a whole batch of queries in one call.
+
+The impacts are computed by bm25s (method "lucene"); the batched search is ours: a gather of every posting of
+every query term in the batch, one ``index_add_`` into a (B, num_docs) score matrix, one ``topk``. It runs on
+whatever device the index tensors live on, so the same code serves the CPU and the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import bm25s
+import numpy as np
+import torch
+
+from .errors import DataError
+from .io import atomic_write_json, atomic_save_npy
+from .text import CorpusTerms
+
+IDF_VARIANTS = ("lucene", "okapi")
+_FORMAT = "adaptive-ir-bm25/1"
+
+
+def _bm25s_impacts(corpus: CorpusTerms, k1: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSC (term-major) arrays of Lucene BM25 impacts, one column per term id, as bm25s computes them."""
+    retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
+    vocab = {str(i): i for i in range(len(corpus.vocab))}
+    retriever.index((corpus.doc_token_ids(), vocab), create_empty_token=False, show_progress=False)
+    s = retriever.scores
+    return np.asarray(s["data"], np.float32), np.asarray(s["indices"], np.int64), np.asarray(s["indptr"], np.int64)
+
+
+def _okapi_rescale(df: np.ndarray, num_docs: int, k1: float, epsilon: float) -> np.ndarray:
+    """Per-term factor turning a Lucene impact into rank-bm25's BM25Okapi one.
+
+    Lucene: idf·tf/(tf+k1·norm). Okapi: idf'·tf·(k1+1)/(tf+k1·norm) with idf' = log((N-df+.5)/(df+.5)),
+    negative idf' replaced by epsilon·mean(idf') as rank-bm25 does. The tf part is shared, so the factor is
+    (k1+1)·idf'/idf and the impacts stay exactly bm25s'.
+    """
+    idf_lucene = np.log1p((num_docs - df + 0.5) / (df + 0.5))
+    idf_okapi = np.log((num_docs - df + 0.5) / (df + 0.5))
+    seen = df > 0  # rank-bm25 only knows terms that occur
+    floor = epsilon * idf_okapi[seen].mean() if seen.any() else 0.0
+    idf_okapi = np.where(idf_okapi < 0, floor, idf_okapi)
+    return ((k1 + 1.0) * idf_okapi / idf_lucene).astype(np.float32)
+
+
+class BM25Index:
+    """BM25 impacts in CSC form: ``data[indptr[t]:indptr[t+1]]`` are term t's impacts on docs ``indices[...]``.
+
+    Term id ``vocab_size`` is an always-empty padding term, so padded query slots cost nothing.
+    """
+
+    def __init__(self, data, indices, indptr, num_docs: int, meta: dict):
+        self.num_docs = int(num_docs)
+        self.meta = meta
+        self.vocab_size = len(indptr) - 1
+        # the padding term: one more column with no postings
+        indptr = np.concatenate([np.asarray(indptr), np.asarray(indptr)[-1:]])
+        self.data = torch.as_tensor(np.asarray(data, np.float32))
+        self.indices = torch.as_tensor(np.asarray(indices, np.int64))
+        self.indptr = torch.as_tensor(np.asarray(indptr, np.int64))
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @classmethod
+    def build(cls, corpus: CorpusTerms, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
+              epsilon: float = 0.25) -> "BM25Index":
+        """Index the whole corpus (every document, judged or not)."""
+        if idf not in IDF_VARIANTS:
+            raise ValueError(f"idf must be one of {IDF_VARIANTS}, got {idf!r}")
+        data, indices, indptr = _bm25s_impacts(corpus, k1, b)
+        if idf == "okapi":
+            factor = _okapi_rescale(corpus.document_frequency(), corpus.num_docs, k1, epsilon)
+            data = data * np.repeat(factor, np.diff(indptr))
+        meta = {"format": _FORMAT, "k1": k1, "b": b, "idf": idf, "epsilon": epsilon,
+                "num_docs": corpus.num_docs, "vocab_size": len(corpus.vocab), "bm25s": bm25s.__version__}
+        return cls(data, indices, indptr, corpus.num_docs, meta)
+
+    def to(self, device: str | torch.device) -> "BM25Index":
+        self.data, self.indices, self.indptr = (t.to(device) for t in (self.data, self.indices, self.indptr))
+        return self
+
+    # ------------------------------------------------------------------ search
+    def pad(self, queries: list[list[int]], weights: list[list[float]] | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Lists of term ids (and optional weights) → padded (B, L) id and weight tensors on the index device."""
+        width = max(1, max((len(q) for q in queries), default=1))
+        ids = torch.full((len(queries), width), self.pad_id, dtype=torch.long)
+        w = torch.zeros((len(queries), width), dtype=torch.float32)
+        for i, q in enumerate(queries):
+            if q:
+                ids[i, : len(q)] = torch.as_tensor(q, dtype=torch.long)
+                w[i, : len(q)] = torch.as_tensor(weights[i] if weights is not None else [1.0] * len(q))
+        return ids.to(self.device), w.to(self.device)
+
+    def score(self, terms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Full (B, num_docs) BM25 scores for a batch of padded queries: Σ_t weight_t · impact(t, d)."""
+        bsz, width = terms.shape
+        flat = terms.reshape(-1)
+        start = self.indptr[flat]
+        count = self.indptr[flat + 1] - start
+        total = int(count.sum())
+        slot = torch.repeat_interleave(torch.arange(flat.numel(), device=flat.device), count, output_size=total)
+        # position of each gathered posting: its term's start + its rank within that term's posting list
+        offset = torch.cumsum(count, 0) - count
+        pos = start[slot] + torch.arange(total, device=flat.device) - offset[slot]
+        contrib = self.data[pos]
+        if weights is not None:
+            contrib = contrib * weights.reshape(-1)[slot].to(contrib.dtype)
+        target = torch.div(slot, width, rounding_mode="floor") * self.num_docs + self.indices[pos]
+        scores = torch.zeros(bsz * self.num_docs, dtype=self.data.dtype, device=self.data.device)
+        scores.index_add_(0, target, contrib)
+        return scores.view(bsz, self.num_docs)
+
+    def search(self, terms: torch.Tensor, weights: torch.Tensor | None = None, k: int = 100,
+               max_cells: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k (scores, doc indices) for a batch, both (B, k), best first.
+
+        The batch is cut into chunks of at most ``max_cells`` score cells so a big corpus never needs a
+        (B, num_docs) matrix larger than that. On the CPU small chunks are faster (the score matrix stays
+        in cache: 2^18 cells measured ~2.5x faster than one 300 × 5,183 block on SciFact); a GPU wants big ones.
+        """
+        k = min(k, self.num_docs)
+        if max_cells is None:
+            max_cells = 1 << (18 if self.device.type == "cpu" else 26)
+        chunk = max(1, max_cells // max(1, self.num_docs))
+        out_s, out_i = [], []
+        for lo in range(0, terms.shape[0], chunk):
+            w = None if weights is None else weights[lo:lo + chunk]
+            s, i = torch.topk(self.score(terms[lo:lo + chunk], w), k, dim=1)
+            out_s.append(s)
+            out_i.append(i)
+        if not out_s:
+            empty = torch.empty((0, k), device=self.device)
+            return empty, empty.long()
+        return torch.cat(out_s), torch.cat(out_i)
+
+    def term_impacts(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """(doc indices, impacts) of one term's posting list, as numpy arrays."""
+        lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
+        return self.indices[lo:hi].cpu().numpy(), self.data[lo:hi].cpu().numpy()
+
+    # ------------------------------------------------------------------ disk
+    def save(self, folder: str | Path) -> None:
+        """``data.npy``, ``indices.npy``, ``indptr.npy`` + ``params.json``; each file written atomically."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_save_npy(folder / "data.npy", self.data.cpu().numpy())
+        atomic_save_npy(folder / "indices.npy", self.indices.cpu().numpy())
+        atomic_save_npy(folder / "indptr.npy", self.indptr[:-1].cpu().numpy())
+        atomic_write_json(folder / "params.json", self.meta)  # written last: its presence marks a complete index
+
+    @classmethod
+    def load(cls, folder: str | Path, mmap: bool = True) -> "BM25Index":
+        folder = Path(folder)
+        params = folder / "params.json"
+        if not params.exists():
+            raise DataError(f"{folder}: no BM25 index here (params.json missing); build it again")
+        meta = json.loads(params.read_text())
+        if meta.get("format") != _FORMAT:
+            raise DataError(f"{params}: unknown index format {meta.get('format')!r}; rebuild the index")
+        mode = "r" if mmap else None
+        arrays = [np.load(folder / f"{n}.npy", mmap_mode=mode) for n in ("data", "indices", "indptr")]
+        return cls(*arrays, num_docs=meta["num_docs"], meta=meta)
+
+
+def idf_lucene(df: np.ndarray, num_docs: int) -> np.ndarray:
+    """Lucene's IDF, log(1 + (N - df + 0.5)/(df + 0.5)); used for candidate features."""
+    return np.log1p((num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
+
+
+__all__ = ["BM25Index", "IDF_VARIANTS", "idf_lucene"]
