@@ -40,3 +40,39 @@ def atomic_save_npy(path: str | Path, array: np.ndarray) -> None:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def save_arrays(folder: str | Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """A cache entry: ``arrays.npz`` (no pickles) + ``meta.json`` holding its sha256; both atomic.
+
+    ``meta.json`` is written last, so an entry without it (a crash mid-write) is simply absent.
+    """
+    folder = Path(folder)
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+    data = buf.getvalue()
+    atomic_write_bytes(folder / "arrays.npz", data)
+    atomic_write_json(folder / "meta.json", {**meta, "sha256": sha256(data)})
+
+
+def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
+    """The arrays of a cache entry whose meta matches ``meta`` and whose checksum is intact, else None.
+
+    A damaged entry (checksum mismatch, unreadable file) is reported by the caller's rebuild, never used.
+    """
+    folder = Path(folder)
+    try:
+        stored = json.loads((folder / "meta.json").read_text())
+        data = (folder / "arrays.npz").read_bytes()
+    except (OSError, ValueError):
+        return None
+    digest = stored.pop("sha256", None)
+    if stored != json.loads(json.dumps(meta)) or digest != sha256(data):
+        return None
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def fingerprint(*parts) -> str:
+    """A short stable hash of JSON-serialisable parts (cache keys)."""
+    return sha256(json.dumps(parts, sort_keys=True, default=str).encode("utf-8"))[:16]

@@ -1,0 +1,62 @@
+"""The on-policy rollout buffer: preallocated once on the training device, time-major, ids not vectors."""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, alive: torch.Tensor,
+                bootstrap: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over real time steps, vectorised over episodes.
+
+    All inputs are (T, E) except ``bootstrap`` (E,): V(s_T) for episodes cut at the step limit (truncated),
+    0 otherwise. ``alive[t]`` marks episodes that acted at step t; a STOP at t sets ``terminated[t]``, after
+    which the episode has no transitions. Returns (advantages, returns), 0 where not alive.
+    """
+    steps = rewards.shape[0]
+    adv = torch.zeros_like(rewards)
+    next_value, next_adv = bootstrap, torch.zeros_like(bootstrap)
+    for t in reversed(range(steps)):
+        if t + 1 < steps:
+            # an episode alive at t+1 continues into it; one that stopped at t has nothing after it
+            cont = alive[t + 1].to(rewards.dtype)
+            next_value = values[t + 1] * cont
+            next_adv = adv[t + 1] * cont
+        nonterminal = (~terminated[t]).to(rewards.dtype)
+        delta = rewards[t] + gamma * next_value * nonterminal - values[t]
+        adv[t] = (delta + gamma * lam * nonterminal * next_adv) * alive[t]
+    return adv, (adv + values) * alive
+
+
+class RolloutBuffer:
+    """Transitions of ``episodes`` lockstep episodes of at most ``steps`` steps with M candidates each."""
+
+    def __init__(self, steps: int, episodes: int, num_candidates: int, device: str | torch.device):
+        shape = (steps, episodes)
+        kw = {"device": device}
+        self.qidx = torch.zeros(shape, dtype=torch.long, **kw)
+        self.chosen = torch.zeros((*shape, num_candidates), dtype=torch.bool, **kw)
+        self.actions = torch.zeros(shape, dtype=torch.long, **kw)
+        self.logprobs = torch.zeros(shape, **kw)
+        self.values = torch.zeros(shape, **kw)
+        self.rewards = torch.zeros(shape, **kw)
+        self.terminated = torch.zeros(shape, dtype=torch.bool, **kw)
+        self.alive = torch.zeros(shape, dtype=torch.bool, **kw)
+        self.bootstrap = torch.zeros(episodes, **kw)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._tensors())
+
+    def _tensors(self):
+        return (self.qidx, self.chosen, self.actions, self.logprobs, self.values, self.rewards, self.terminated,
+                self.alive, self.bootstrap)
+
+    def clear(self) -> None:
+        """On-policy: nothing from an earlier update survives into the next."""
+        for t in self._tensors():
+            t.zero_()
+
+    def flat_valid(self) -> torch.Tensor:
+        """Flat (t * E + e) indices of the transitions that happened."""
+        return self.alive.reshape(-1).nonzero().squeeze(1)

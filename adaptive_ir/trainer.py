@@ -1,0 +1,340 @@
+"""The training loop: precompute → mine → (collect → update)* → dev evaluation → checkpoint, and resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .buffer import RolloutBuffer, compute_gae
+from .config import Config, config_from_dict, config_to_dict, resolve_device
+from .errors import AdaptiveIRError, CheckpointError
+from .evaluate import METRIC_NAMES, bm25_run, evaluate_run, format_table, rm3_run, write_trec_run
+from .io import atomic_write_bytes, atomic_write_json, sha256
+from .monitor import Monitor
+from .policy import Agent
+from .ppo import AmpContext, PPOSettings, ppo_update
+from .reformulate import agent_run, make_env
+from .rollout import collect
+from .workspace import Workspace, seed_everything
+
+log = logging.getLogger(__name__)
+CHECKPOINT_FORMAT = 1
+
+
+class EpochSampler:
+    """Query positions in seeded random order, each train query once per epoch."""
+
+    def __init__(self, n: int, generator: torch.Generator):
+        self.n, self.gen = n, generator
+        self.perm = torch.randperm(n, generator=generator)
+        self.pos = 0
+        self.epoch = 0
+
+    def next(self, b: int) -> torch.Tensor:
+        out = []
+        while b > 0:
+            if self.pos == self.n:
+                self.perm, self.pos, self.epoch = torch.randperm(self.n, generator=self.gen), 0, self.epoch + 1
+            take = min(b, self.n - self.pos)
+            out.append(self.perm[self.pos:self.pos + take])
+            self.pos, b = self.pos + take, b - take
+        return torch.cat(out)
+
+    def state_dict(self) -> dict:
+        return {"perm": self.perm, "pos": self.pos, "epoch": self.epoch}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.perm, self.pos, self.epoch = s["perm"], s["pos"], s["epoch"]
+
+
+def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
+    a = cfg.rl_agent
+    return Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
+                 a.num_layers, a.dropout).to(device)
+
+
+def selection_metric(cfg: Config) -> dict[str, float]:
+    """The dev metric that picks the best checkpoint: the reward's own mix, as ir-measures names it."""
+    k = cfg.retrieval.reward_k
+    weights = cfg.training.reward_weights or {cfg.retrieval.reward_metric: 1.0}
+    names = {"recall": f"R@{k}", "mrr": f"RR@{k}"}
+    return {names[m]: w for m, w in weights.items() if w}
+
+
+class Trainer:
+    """Owns everything a run needs; ``train()`` runs it, ``test()`` evaluates the best checkpoint."""
+
+    def __init__(self, cfg: Config, resume: str | Path | None = None, progress: bool = True,
+                 collection=None):
+        self.cfg, self.progress = cfg, progress
+        tc, ac = cfg.training, cfg.rl_agent
+        if not cfg.embeddings.freeze:
+            log.warning("embeddings.freeze: false is not supported (the embedding tables are precomputed data "
+                        "shared by train, dev and test); training with frozen embeddings")
+        seed_everything(cfg.system.seed)
+        self.device = torch.device(resolve_device(cfg.system.device))
+        self.ws = Workspace(cfg, self.device, collection=collection, progress=progress)
+        self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries)
+        self.dev_qs, self.dev_tables = self.ws.split("dev") if "dev" in self.ws.collection.splits else (None, None)
+        self.agent = build_agent(cfg, self.ws, self.device)
+        self._parallelize()
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=tc.learning_rate, eps=1e-5)
+        self.episodes_per_round = tc.collect_batch_size
+        self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
+        n_train = len(self.train_qs)
+        self.total_updates = max(1, math.ceil(tc.num_epochs * n_train / (self.rounds * self.episodes_per_round)))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, (lambda u: max(0.0, 1.0 - u / self.total_updates)) if tc.anneal_lr else (lambda u: 1.0))
+        self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
+        self.env = make_env(cfg, self.ws, self.train_qs)
+        self.buf = RolloutBuffer(ac.max_steps_per_episode, self.rounds * self.episodes_per_round,
+                                 self.train_qs.max_candidates, self.device)
+        self.action_gen = torch.Generator().manual_seed(cfg.system.seed)
+        self.minibatch_gen = torch.Generator().manual_seed(cfg.system.seed + 1)
+        self.sampler = EpochSampler(n_train, torch.Generator().manual_seed(cfg.system.seed + 2))
+        self.update = self.episodes = self.steps = 0
+        self.best, self.best_update, self.bad_evals, self.nonfinite_streak, self.nonfinite_total = -1.0, -1, 0, 0, 0
+        self.ckpt_dir = tc.checkpoint_path_dir
+        self.stop_signal: int | None = None
+        if resume:
+            self.load(resume)
+
+    def _parallelize(self) -> None:
+        """DataParallel over all visible GPUs, or DDP under torchrun: the core runs through the wrapper in
+        both rollout and update forwards."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.agent.parallelize(nn.parallel.DistributedDataParallel(self.agent.core, device_ids=ids))
+        elif self.device.type == "cuda" and torch.cuda.device_count() > 1:
+            self.agent.parallelize(nn.DataParallel(self.agent.core))
+            log.info("DataParallel over %d GPUs", torch.cuda.device_count())
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> dict:
+        tc = self.cfg.training
+        monitor = Monitor(tc.log_path_dir)
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        ppo = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
+                          tc.batch_size, tc.target_kl)
+        bar = tqdm(total=self.total_updates, initial=self.update, desc="train", disable=not self.progress)
+        try:
+            while self.update < self.total_updates and self.stop_signal is None:
+                t0 = time.perf_counter()
+                stats = self._collect()
+                t_collect = time.perf_counter() - t0
+                adv, ret = compute_gae(self.buf.rewards, self.buf.values, self.buf.terminated, self.buf.alive,
+                                       self.buf.bootstrap, tc.gamma, tc.gae_lambda)
+                if tc.entropy_coef_final is not None:
+                    frac = self.update / max(1, self.total_updates - 1)
+                    ppo.entropy_coef = tc.entropy_coef + frac * (tc.entropy_coef_final - tc.entropy_coef)
+                self.agent.use_tables(self.train_tables)
+                losses = ppo_update(self.agent, self.optimizer, self.amp, self.buf, self.train_qs, adv, ret, ppo,
+                                    self.minibatch_gen, self.nonfinite_streak)
+                self.nonfinite_streak = losses.pop("nonfinite_streak")
+                self.nonfinite_total += losses["nonfinite_skipped"]
+                self.scheduler.step()
+                self.update += 1
+                elapsed = time.perf_counter() - t0
+                row = {"charts/episodic_return": stats["return"], "charts/final_metric": stats["final_metric"],
+                       "charts/episode_length": stats["length"], "charts/learning_rate": self.scheduler.get_last_lr()[0],
+                       "charts/SPS": stats["steps"] / elapsed, "charts/episodes_per_s": stats["episodes"] / t_collect,
+                       "charts/reward_cache_hit_rate": self.env.cache_hits / max(1, self.env.cache_hits + self.env.cache_misses),
+                       **{f"losses/{k}": v for k, v in losses.items() if k not in ("minibatches", "samples")},
+                       "losses/nonfinite_total": self.nonfinite_total}
+                if self.update % tc.log_freq == 0 or self.update == self.total_updates:
+                    monitor.log(self.update, row)
+                bar.update(1)
+                bar.set_postfix(ret=f"{stats['return']:.3f}", eps=f"{row['charts/episodes_per_s']:.0f}/s")
+                stop = False
+                if self.dev_qs is not None and (self.update % tc.eval_every == 0 or self.update == self.total_updates):
+                    stop = self._evaluate_dev(monitor)
+                if self.update % tc.save_freq == 0:
+                    self.save(self.ckpt_dir / "last.pt")
+                if stop:
+                    log.info("early stopping: no dev improvement in %d evaluations", tc.early_stopping_patience)
+                    break
+        finally:
+            bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+            self.save(self.ckpt_dir / "last.pt")
+            if self.best_update < 0:  # no dev split: the last model is the best we know
+                self.save(self.ckpt_dir / "best.pt")
+            monitor.close()
+        return {"updates": self.update, "best_dev": self.best, "best_update": self.best_update,
+                "interrupted": self.stop_signal is not None}
+
+    def _on_signal(self, signum, frame) -> None:
+        # finish the update in flight, checkpoint, then leave (handled in train's loop condition)
+        log.warning("signal %d: checkpointing and stopping after this update", signum)
+        self.stop_signal = signum
+
+    def _collect(self) -> dict[str, float]:
+        self.buf.clear()
+        self.agent.use_tables(self.train_tables)
+        rets, finals, lens = [], [], []
+        for r in range(self.rounds):
+            qidx = self.sampler.next(self.episodes_per_round).to(self.device)
+            s = collect(self.agent, self.amp, self.train_qs, self.env, self.buf, qidx, r * self.episodes_per_round,
+                        self.action_gen)
+            rets.append(s["return"])
+            finals.append(s["final_metric"])
+            lens.append(s["length"])
+        n_eps = self.rounds * self.episodes_per_round
+        steps = int(torch.cat(lens).sum())
+        self.episodes += n_eps
+        self.steps += steps
+        return {"return": float(torch.cat(rets).mean()), "final_metric": float(torch.cat(finals).mean()),
+                "length": float(torch.cat(lens).mean()), "episodes": n_eps, "steps": steps}
+
+    def _evaluate_dev(self, monitor: Monitor) -> bool:
+        """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
+        _, _, qrels = self.ws.collection.split("dev")
+        run, _ = agent_run(self.cfg, self.ws, self.agent, self.amp, self.dev_qs, self.dev_tables)
+        metrics = evaluate_run(qrels, run)
+        score = sum(w * metrics[m] for m, w in selection_metric(self.cfg).items())
+        monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score})
+        if score > self.best + 1e-9:
+            self.best, self.best_update, self.bad_evals = score, self.update, 0
+            self.save(self.ckpt_dir / "best.pt")
+        else:
+            self.bad_evals += 1
+        patience = self.cfg.training.early_stopping_patience
+        return patience > 0 and self.bad_evals >= patience
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> dict:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": config_to_dict(self.cfg),
+            "fingerprint": self.cfg.fingerprint(),
+            "model": self.agent.core.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.amp.scaler.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "action": self.action_gen.get_state(),
+                    "minibatch": self.minibatch_gen.get_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "sampler": self.sampler.state_dict(),
+            "counters": {"update": self.update, "episodes": self.episodes, "steps": self.steps,
+                         "best": self.best, "best_update": self.best_update, "bad_evals": self.bad_evals,
+                         "nonfinite_streak": self.nonfinite_streak, "nonfinite_total": self.nonfinite_total},
+        }
+
+    def save(self, path: Path) -> None:
+        save_checkpoint(path, self.state())
+
+    def load(self, path: str | Path) -> None:
+        s = load_checkpoint(path)
+        if s["fingerprint"] != self.cfg.fingerprint():
+            diff = {k: (v, self.cfg.fingerprint().get(k)) for k, v in s["fingerprint"].items()
+                    if self.cfg.fingerprint().get(k) != v}
+            raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: "
+                                  + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
+                                  + "; use the checkpoint's config or start a new run")
+        self.agent.core.load_state_dict(s["model"])
+        self.optimizer.load_state_dict(s["optimizer"])
+        self.scheduler.load_state_dict(s["scheduler"])
+        self.amp.scaler.load_state_dict(s["scaler"])
+        torch.set_rng_state(s["rng"]["torch"])
+        self.action_gen.set_state(s["rng"]["action"])
+        self.minibatch_gen.set_state(s["rng"]["minibatch"])
+        if s["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(s["rng"]["cuda"])
+        self.sampler.load_state_dict(s["sampler"])
+        c = s["counters"]
+        self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
+        self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
+        self.nonfinite_streak, self.nonfinite_total = c["nonfinite_streak"], c["nonfinite_total"]
+        log.info("resumed from %s at update %d", path, self.update)
+
+    # ------------------------------------------------------------------ test
+    def test(self, checkpoint: str | Path | None = None) -> dict[str, dict[str, float]]:
+        """Evaluate the best checkpoint on the test split beside BM25 and RM3; writes test_metrics.json."""
+        path = Path(checkpoint) if checkpoint else self.ckpt_dir / "best.pt"
+        self.agent.core.load_state_dict(load_checkpoint(path)["model"])
+        results = evaluate_split(self.cfg, self.ws, self.agent, self.amp, "test", baselines=True,
+                                 run_dir=Path(self.cfg.training.output_dir) / "runs")
+        out = Path(self.cfg.training.output_dir)
+        atomic_write_json(out / "test_metrics.json", results)
+        atomic_write_bytes(out / "test_metrics.md", (format_table(results, f"{self.ws.collection.name} / test")
+                                                     + "\n").encode("utf-8"))
+        return results
+
+
+def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpContext | None, split: str,
+                   baselines: bool = True, run_dir: Path | None = None) -> dict[str, dict[str, float]]:
+    """{method: {metric: value}} for the agent (when given) and the BM25 / RM3 baselines on one split."""
+    qids, texts, qrels = ws.collection.split(split)
+    runs = {}
+    if baselines:
+        runs["bm25"] = bm25_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
+        runs["rm3"] = rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
+    if agent is not None:
+        qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
+        runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)
+    if run_dir is not None:
+        for name, run in runs.items():
+            write_trec_run(Path(run_dir) / f"{split}.{name}.trec", run, name)
+    return {name: evaluate_run(qrels, run) for name, run in runs.items()}
+
+
+def save_checkpoint(path: str | Path, state: dict) -> None:
+    """torch.save into memory, then an atomic write plus a sha256 sidecar checked on load."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    atomic_write_bytes(path, data)
+    atomic_write_json(Path(str(path) + ".json"), {"sha256": sha256(data), "format": CHECKPOINT_FORMAT,
+                                                  "update": state["counters"]["update"]})
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    import io
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
+    data = path.read_bytes()
+    side = Path(str(path) + ".json")
+    if side.is_file():
+        expected = json.loads(side.read_text()).get("sha256")
+        if expected and expected != sha256(data):
+            raise CheckpointError(f"{path}: checksum mismatch (the file is damaged or was partly written); "
+                                  "use another checkpoint (last.pt / best.pt) or retrain")
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise CheckpointError(f"{path}: not a readable adaptive-ir checkpoint ({type(e).__name__}: {e})") from e
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not an adaptive-ir checkpoint of format {CHECKPOINT_FORMAT}")
+    return state
+
+
+def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: str | None = None):
+    """(config, workspace, agent, amp) rebuilt from a checkpoint, ready to reformulate."""
+    state = load_checkpoint(checkpoint)
+    cfg = config_from_dict(state["config"])
+    cfg.system.device = device
+    if data_dir:
+        cfg.data.data_dir = data_dir
+    dev = torch.device(resolve_device(device))
+    ws = Workspace(cfg, dev, progress=False)
+    agent = build_agent(cfg, ws, dev)
+    agent.core.load_state_dict(state["model"])
+    agent.eval()
+    return cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype)
+
+
+__all__ = ["Trainer", "evaluate_split", "save_checkpoint", "load_checkpoint", "load_for_inference",
+           "AdaptiveIRError", "METRIC_NAMES"]

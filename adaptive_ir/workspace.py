@@ -1,0 +1,122 @@
+"""Precompute once, reuse everywhere: collection → index → candidates → embeddings → QuerySets on the device.
+
+Only the splits asked for are touched: training builds train and dev, and the test split (its queries and
+qrels) is loaded only by evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .candidates import CandidateMiner, CandidateSet, mine_cached
+from .config import Config
+from .data import Collection, load_collection
+from .embeddings import EmbeddingCache, make_embedder
+from .env import QuerySet
+from .retrieval import Retriever
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Tables:
+    """Embedding tables of one QuerySet: one row per query, one per distinct candidate term (+ a zero row)."""
+
+    query: torch.Tensor
+    term: torch.Tensor
+    term_texts: list[str]
+
+
+class Workspace:
+    """The retrieval system, candidate miner and embedder for one config, built once."""
+
+    def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
+                 progress: bool = True):
+        self.cfg, self.device, self.progress = cfg, device, progress
+        cm, rc = cfg.candidate_mining, cfg.retrieval
+        with self._phase("load collection"):
+            self.collection = collection or load_collection(cfg.data, cfg.system.seed)
+        with self._phase("index"):
+            self.retriever = Retriever.build(self.collection, rc.bm25_k1, rc.bm25_b, rc.idf, device=device)
+        self.doc_index = {d: i for i, d in enumerate(self.collection.doc_ids)}
+        self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
+                                    cm.min_score, cm.top_k_per_method, cfg.system.num_workers)
+        with self._phase("embedding model"):
+            ec = cfg.embeddings
+            self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
+                                          ec.embedding_dim or cfg.rl_agent.embedding_dim, cfg.system.seed,
+                                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu")
+            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity,
+                                            cfg.training.embedding_cache_size)
+
+    def _phase(self, name: str):
+        return _Phase(name, self.progress)
+
+    @property
+    def feature_dim(self) -> int:
+        return len(self.miner.feature_names)
+
+    def candidates(self, name: str, query_terms: list[list[int]]) -> CandidateSet:
+        cache = self.cfg.cache_path_dir if self.cfg.candidate_mining.cache_enabled else None
+        with self._phase(f"mine candidates ({name}, {len(query_terms)} queries)"):
+            return mine_cached(self.miner, query_terms, cache, name)
+
+    def query_set(self, name: str, qids: list[str], texts: list[str],
+                  qrels: dict[str, dict[str, int]] | None) -> tuple[QuerySet, Tables]:
+        """Terms, candidates, embeddings and qrels of a list of queries, as device tensors."""
+        terms = self.retriever.encode(texts)
+        cands = self.candidates(name, terms)
+        vocab = self.retriever.vocab.terms
+        uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
+        has_pad = uniq.size and uniq[0] < 0
+        term_ids = uniq[1:] if has_pad else uniq
+        term_texts = [vocab[t] for t in term_ids.tolist()]
+        # rows: real terms 0..U-1, padding → U (the zero row)
+        rows = inverse.reshape(cands.terms.shape) - (1 if has_pad else 0)
+        rows = np.where(cands.valid, rows, len(term_texts))
+        with self._phase(f"embed {len(texts)} queries + {len(term_texts)} terms ({name})"):
+            q_emb = self.emb_cache.encode(self.embedder, list(texts))
+            t_emb = self.emb_cache.encode(self.embedder, term_texts)
+        log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
+        t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
+        qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels, self.doc_index,
+                            self.retriever.index.pad_id, self.device)
+        tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
+                        torch.as_tensor(t_emb).to(self.device), term_texts)
+        return qs, tables
+
+    def split(self, split: str, max_queries: int | None = None) -> tuple[QuerySet, Tables]:
+        qids, texts, qrels = self.collection.split(split)
+        if max_queries is not None:
+            qids, texts = qids[:max_queries], texts[:max_queries]
+        return self.query_set(split, qids, texts, qrels)
+
+
+class _Phase:
+    """A one-line progress marker per precompute phase (tqdm, so it plays well with notebooks)."""
+
+    def __init__(self, name: str, enabled: bool):
+        self.name, self.enabled = name, enabled
+
+    def __enter__(self):
+        if self.enabled:
+            self.bar = tqdm(total=1, desc=self.name, leave=False)
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.update(1)
+            self.bar.close()
+        return False

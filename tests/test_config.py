@@ -1,0 +1,359 @@
+"""Config loading: the seed file, precedence rules, validation messages, overrides and round trips."""
+
+from __future__ import annotations
+
+import json
+import logging
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adaptive_ir.config import (
+    CONFIG_DIR,
+    Config,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    resolve_device,
+)
+from adaptive_ir.errors import ConfigError
+
+SEED = CONFIG_DIR / "msa_optimized_gpu.yaml"
+
+
+def write(tmp_path: Path, text: str, name: str = "c.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return str(path)
+
+
+def error_of(path: str, overrides: dict | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return str(info.value)
+
+
+# --- the seed config -----------------------------------------------------------------------------------------
+
+
+def test_seed_config_every_key_lands_in_the_dataclass():
+    cfg = load_config(str(SEED))
+    raw = yaml.safe_load(SEED.read_text())
+    for section, body in raw.items():
+        for key, value in body.items():
+            assert getattr(getattr(cfg, section), key) == value, f"{section}.{key}"
+
+
+def test_seed_config_spot_values():
+    cfg = load_config(str(SEED))
+    assert cfg.system.device == "cuda" and cfg.system.num_workers == 8
+    assert cfg.data.dataset_type == "msa" and cfg.data.data_dir == "../Query Reformulator"
+    assert cfg.embeddings.type == "legacy" and cfg.embeddings.embedding_dim == 500 and cfg.embeddings.freeze is False
+    assert cfg.candidate_mining.methods == ["tfidf", "bm25_contrib"]
+    assert cfg.rl_agent.hidden_dim == 256 and cfg.rl_agent.num_layers == 2 and cfg.rl_agent.dropout == 0.1
+    assert cfg.rl_agent.num_query_variants == 4
+    assert cfg.retrieval.bm25_k1 == 0.9 and cfg.retrieval.bm25_b == 0.4
+    assert cfg.training.reward_weights == {"recall": 0.7, "mrr": 0.3}
+    assert cfg.training.num_epochs == 50 and cfg.training.learning_rate == pytest.approx(3e-4)
+    assert cfg.training.checkpoint_path_dir == Path("./checkpoints_msa_optimized")
+    assert cfg.training.log_path_dir == Path("./logs_msa_optimized")
+    assert cfg.source == str(SEED)
+
+
+def test_seed_config_warns_about_unused_keys(caplog):
+    with caplog.at_level(logging.WARNING):
+        load_config(str(SEED))
+    text = caplog.text
+    assert "bert_reranker.enabled: the cross-encoder reranker is not available offline" in text
+    assert str(SEED) in text
+    assert text.count("training.pin_memory/prefetch_factor: not used") == 1
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_config_loads(path):
+    cfg = load_config(str(path))
+    assert isinstance(cfg, Config) and cfg.source == str(path)
+
+
+def test_shipped_configs_do_not_warn_except_the_seed(caplog):
+    with caplog.at_level(logging.WARNING):
+        for name in ("quickstart", "scifact", "cranfield", "cisi"):
+            load_config(name)
+    assert caplog.records == []
+
+
+def test_beir_configs():
+    for name in ("scifact", "cranfield", "cisi"):
+        cfg = load_config(name)
+        assert cfg.data.dataset_type == "beir" and cfg.data.data_dir == f"data/{name}"
+        assert (cfg.retrieval.bm25_k1, cfg.retrieval.bm25_b, cfg.retrieval.idf) == (1.5, 0.75, "lucene")
+        assert cfg.training.output_dir == f"runs/{name}"
+
+
+# --- PPO precedence and aliases ------------------------------------------------------------------------------
+
+
+def test_training_wins_over_rl_agent_with_warning(tmp_path, caplog):
+    path = write(tmp_path, """
+        rl_agent: {learning_rate: 0.001, num_ppo_epochs: 8}
+        training: {learning_rate: 0.0003, ppo_epochs: 4}
+    """)
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config(path)
+    assert cfg.training.learning_rate == pytest.approx(3e-4) and cfg.training.ppo_epochs == 4
+    assert cfg.rl_agent.learning_rate == cfg.training.learning_rate  # the copies never disagree after loading
+    assert "rl_agent.learning_rate=0.001" in caplog.text and "training.learning_rate=0.0003" in caplog.text
+    assert "rl_agent.num_ppo_epochs=8" in caplog.text and "training.ppo_epochs=4" in caplog.text
+    assert path in caplog.text
+
+
+def test_rl_agent_used_when_training_is_silent(tmp_path, caplog):
+    path = write(tmp_path, """
+        rl_agent: {gamma: 0.9, mini_batch_size: 16, num_ppo_epochs: 2}
+    """)
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config(path)
+    assert (cfg.training.gamma, cfg.training.batch_size, cfg.training.ppo_epochs) == (0.9, 16, 2)
+    assert caplog.records == []
+
+
+def test_equal_duplicates_do_not_warn(tmp_path, caplog):
+    path = write(tmp_path, "rl_agent: {clip_epsilon: 0.1}\ntraining: {clip_epsilon: 0.1}\n")
+    with caplog.at_level(logging.WARNING):
+        assert load_config(path).training.clip_epsilon == 0.1
+    assert caplog.records == []
+
+
+def test_embedding_aliases(tmp_path):
+    cfg = load_config(write(tmp_path, "rl_agent: {embedding_dim: 32, embedding_type: sentence-transformers}\n"))
+    assert cfg.embeddings.embedding_dim == 32 and cfg.embeddings.type == "sentence-transformers"
+    message = error_of(write(tmp_path, "embeddings: {embedding_dim: 64}\nrl_agent: {embedding_dim: 32}\n"))
+    assert "rl_agent.embedding_dim" in message and "embeddings.embedding_dim=64" in message
+    message = error_of(write(tmp_path, "embeddings: {type: lsa}\nrl_agent: {embedding_type: legacy}\n"))
+    assert "rl_agent.embedding_type" in message and "'lsa'" in message
+
+
+# --- errors that name the file, line and key -----------------------------------------------------------------
+
+
+def test_unknown_key_names_key_file_line_and_suggestion(tmp_path):
+    path = write(tmp_path, "training:\n  num_epochs: 3\n  bach_size: 64\n")
+    message = error_of(path)
+    assert f"{path}:3" in message and "bach_size" in message and "did you mean 'batch_size'?" in message
+
+
+def test_misspelled_section(tmp_path):
+    path = write(tmp_path, "trainig:\n  num_epochs: 3\n")
+    message = error_of(path)
+    assert f"{path}:1" in message and "unknown section 'trainig'" in message and "did you mean 'training'?" in message
+
+
+def test_mistyped_value_names_key_value_and_type(tmp_path):
+    path = write(tmp_path, "training:\n  batch_size: lots\n")
+    message = error_of(path)
+    assert path in message and "training.batch_size" in message and "'lots'" in message and "integer" in message
+
+
+def test_exponent_without_dot_is_a_float(tmp_path):
+    # PyYAML reads 3e-4 as the string "3e-4".
+    cfg = load_config(write(tmp_path, "training:\n  learning_rate: 3e-4\nrl_agent:\n  gamma: '0.5'\n"))
+    assert cfg.training.learning_rate == pytest.approx(3e-4) and isinstance(cfg.training.learning_rate, float)
+    assert cfg.training.gamma == 0.5
+
+
+def test_int_accepted_for_float_but_not_float_for_int(tmp_path):
+    assert load_config(write(tmp_path, "retrieval: {bm25_k1: 2}\n")).retrieval.bm25_k1 == 2.0
+    assert "training.num_epochs" in error_of(write(tmp_path, "training: {num_epochs: 2.5}\n"))
+
+
+@pytest.mark.parametrize("text", [
+    "training: {batch_size: true}",
+    "system: {seed: false}",
+    "retrieval: {bm25_k1: true}",
+    "system: {debug: 1}",
+    "candidate_mining: {methods: tfidf}",
+    "data: {data_dir: 3}",
+])
+def test_wrong_types_rejected(tmp_path, text):
+    message = error_of(write(tmp_path, text + "\n"))
+    assert "expected" in message
+
+
+@pytest.mark.parametrize("key,value", [
+    ("training.batch_size", 0),
+    ("training.collect_batch_size", -1),
+    ("training.num_epochs", 0),
+    ("training.save_freq", 0),
+    ("training.eval_every", 0),
+    ("training.log_freq", 0),
+    ("training.early_stopping_patience", -1),
+    ("training.search_cache_size", -1),
+    ("rl_agent.hidden_dim", 0),
+    ("rl_agent.max_steps_per_episode", 0),
+    ("candidate_mining.max_candidates", 0),
+    ("retrieval.top_k", -5),
+    ("embeddings.embedding_dim", 0),
+    ("rl_agent.dropout", 1.0),
+    ("data.dev_fraction", 0.0),
+    ("data.dev_fraction", 1.0),
+    ("training.gamma", 1.5),
+    ("training.gae_lambda", -0.1),
+    ("training.clip_epsilon", 0.0),
+    ("training.learning_rate", 0),
+])
+def test_out_of_range_rejected(tmp_path, key, value):
+    section, name = key.split(".")
+    message = error_of(write(tmp_path, f"{section}:\n  {name}: {value}\n"))
+    assert key in message and str(value) in message
+
+
+def test_zero_allowed_where_it_means_off(tmp_path):
+    cfg = load_config(write(tmp_path, "training: {early_stopping_patience: 0, search_cache_size: 0}\n"))
+    assert cfg.training.early_stopping_patience == 0 and cfg.training.search_cache_size == 0
+
+
+@pytest.mark.parametrize("text,key", [
+    ("retrieval: {idf: bm42}", "retrieval.idf"),
+    ("data: {dataset_type: csv}", "data.dataset_type"),
+    ("embeddings: {type: glove}", "embeddings.type"),
+    ("candidate_mining: {methods: [tfidf, kl]}", "candidate_mining.methods"),
+    ("rrf_fusion: {method: combsum}", "rrf_fusion.method"),
+    ("system: {device: gpu}", "system.device"),
+    ("training: {reward_weights: {recall: 1, ndcg: 1}}", "training.reward_weights"),
+    ("training: {reward_weights: {recall: 0, mrr: 0}}", "training.reward_weights"),
+])
+def test_enumerations_validated(tmp_path, text, key):
+    assert key in error_of(write(tmp_path, text + "\n"))
+
+
+def test_disabling_required_components_is_explained(tmp_path):
+    message = error_of(write(tmp_path, "candidate_mining: {enabled: false}\n"))
+    assert "candidate_mining.enabled" in message and "candidate terms" in message
+    assert "rl_agent.enabled" in error_of(write(tmp_path, "rl_agent: {enabled: false}\n"))
+
+
+def test_buffer_too_small_says_what_to_lower(tmp_path):
+    path = write(tmp_path, """
+        training: {episodes_per_update: 256, buffer_size: 1000}
+        rl_agent: {max_steps_per_episode: 5}
+    """)
+    message = error_of(path)
+    assert "training.buffer_size" in message and "1280" in message and "episodes_per_update" in message
+
+
+def test_cross_field_checks(tmp_path):
+    assert "num_heads" in error_of(write(tmp_path, "rl_agent: {hidden_dim: 30, num_heads: 4}\n"))
+    assert "min_candidates" in error_of(write(tmp_path, "candidate_mining: {min_candidates: 60}\n"))
+    fused_off = write(tmp_path, "rl_agent: {num_query_variants: 2}\nrrf_fusion: {enabled: false}\n")
+    assert "rrf_fusion.enabled" in error_of(fused_off)
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "training:\n  batch_size: 64\n bad_indent: 1\n  num_epochs: 2\n")
+    message = error_of(path)
+    assert "malformed YAML" in message and f"{path}:3:" in message
+
+
+def test_duplicate_key_rejected(tmp_path):
+    path = write(tmp_path, "training:\n  batch_size: 64\n  batch_size: 32\n")
+    assert f"{path}:3" in error_of(path) and "duplicate" in error_of(path)
+
+
+def test_empty_file_gives_defaults(tmp_path):
+    assert load_config(write(tmp_path, "")) == Config()
+
+
+# --- finding files -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["msa_optimized_gpu.yaml", "msa_optimized_gpu", "quickstart", "scifact"])
+def test_bare_name_resolves_against_configs(name):
+    assert Path(load_config(name).source).parent == CONFIG_DIR
+
+
+def test_missing_config_lists_available():
+    message = error_of("no_such_config")
+    assert "no_such_config" in message and "quickstart" in message and "msa_optimized_gpu" in message
+
+
+# --- overrides -----------------------------------------------------------------------------------------------
+
+
+def test_overrides_are_coerced_from_cli_strings():
+    cfg = load_config("quickstart", {
+        "training.batch_size": "32",
+        "training.use_amp": "false",
+        "training.learning_rate": "3e-4",
+        "training.target_kl": "0.02",
+        "data.max_train_queries": "null",
+        "data.data_dir": "2024",
+        "candidate_mining.methods": "[tfidf, rm3]",
+        "system.seed": 7,
+    })
+    assert cfg.training.batch_size == 32 and cfg.training.use_amp is False
+    assert cfg.training.learning_rate == pytest.approx(3e-4) and cfg.training.target_kl == 0.02
+    assert cfg.data.max_train_queries is None and cfg.data.data_dir == "2024"
+    assert cfg.candidate_mining.methods == ["tfidf", "rm3"] and cfg.system.seed == 7
+
+
+def test_override_errors_name_the_flag():
+    message = error_of("quickstart", {"training.batch_size": "many"})
+    assert "--set training.batch_size=many" in message and "integer" in message
+    message = error_of("quickstart", {"training.bach_size": "8"})
+    assert "--set training.bach_size=8" in message and "did you mean 'batch_size'?" in message
+    assert "--set trainig.batch_size=8" in error_of("quickstart", {"trainig.batch_size": "8"})
+    assert "section.key" in error_of("quickstart", {"batch_size": "8"})
+
+
+def test_override_of_training_key_beats_rl_agent(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config("quickstart", {"rl_agent.gamma": "0.5", "training.gamma": "0.8"})
+    assert cfg.training.gamma == 0.8 and "rl_agent.gamma=0.5" in caplog.text
+
+
+# --- serialisation and checkpoint compatibility --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["msa_optimized_gpu", "quickstart"])
+def test_dict_round_trip(name, caplog):
+    cfg = load_config(name)
+    d = json.loads(json.dumps(config_to_dict(cfg)))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = config_from_dict(d)
+    assert again == cfg and config_to_dict(again) == d
+    assert caplog.records == []  # warnings were shown when the file was loaded
+
+
+def test_dict_round_trip_is_validated():
+    d = config_to_dict(load_config("quickstart"))
+    d["training"]["batch_size"] = 0
+    with pytest.raises(ConfigError, match="training.batch_size"):
+        config_from_dict(d)
+
+
+def test_fingerprint_tracks_model_shape_only():
+    base = load_config("quickstart")
+    assert load_config("quickstart", {"rl_agent.hidden_dim": "128"}).fingerprint() != base.fingerprint()
+    assert load_config("quickstart", {"training.learning_rate": "0.01"}).fingerprint() == base.fingerprint()
+    assert json.dumps(base.fingerprint())
+
+
+def test_derived_paths_default_under_output_dir():
+    cfg = load_config("quickstart")
+    assert cfg.training.checkpoint_path_dir == Path("runs/quickstart/checkpoints")
+    assert cfg.training.log_path_dir == Path("runs/quickstart/logs")
+    assert cfg.cache_path_dir == Path("runs/quickstart/cache")
+
+
+# --- devices -------------------------------------------------------------------------------------------------
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="system.device"):
+        resolve_device("gpu")
+    pytest.importorskip("torch")
+    assert resolve_device("auto") in {"cuda", "mps", "cpu"}
