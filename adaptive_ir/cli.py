@@ -42,10 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(e)
     e.add_argument("--checkpoint", help="also evaluate this agent checkpoint")
     e.add_argument("--baselines", action="store_true", help="include BM25 and RM3")
+    e.add_argument("--oracle", action="store_true",
+                   help="include the qrels oracle (greedy best-term selection over the same candidates)")
     e.add_argument("--split", default="test")
     e.add_argument("--json", help="write {method: {metric: value}} here")
     e.add_argument("--markdown", help="write the table here")
     e.add_argument("--run-dir", help="write TREC run files here")
+
+    o = sub.add_parser("oracle", help="the qrels upper bound: greedy best-term selection, with BM25 and RM3")
+    _common(o)
+    o.add_argument("--split", default="test")
+    o.add_argument("--json", help="write {method: {metric: value}} here")
 
     r = sub.add_parser("reformulate", help="rewrite queries with a trained agent")
     r.add_argument("queries", nargs="+", help="query texts")
@@ -77,22 +84,57 @@ def _overrides(args) -> dict[str, object]:
     return o
 
 
+def _init_distributed() -> str | None:
+    """Under torchrun (WORLD_SIZE > 1) join the process group, nccl on CUDA and gloo on the CPU, and return this
+    process's device (cuda:LOCAL_RANK, or cpu); None for an ordinary single-process run."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl")
+    else:
+        device = "cpu"
+        dist.init_process_group("gloo")
+    return device
+
+
 def cmd_train(args) -> int:
+    import signal
+
+    import torch.distributed as dist
+
     from .config import load_config
     from .evaluate import format_table
     from .trainer import Trainer
 
-    cfg = load_config(args.config, _overrides(args))
-    trainer = Trainer(cfg, resume=args.checkpoint, progress=not args.no_progress)
-    result = trainer.train()
+    overrides = _overrides(args)
+    device = _init_distributed()
+    if device is not None:
+        overrides["system.device"] = device
+    results = None
+    try:
+        cfg = load_config(args.config, overrides)
+        trainer = Trainer(cfg, resume=args.checkpoint, progress=not args.no_progress)
+        result = trainer.train()
+        if args.test and trainer.is_main and not result["interrupted"]:
+            results = trainer.test()  # rank 0 alone: every rank ends with the same parameters
+    finally:
+        if device is not None:
+            dist.destroy_process_group()
+    if not trainer.is_main:
+        return 0
     print(f"trained {result['updates']} updates; best dev {result['best_dev']:.4f} at update "
           f"{result['best_update']}; checkpoints in {cfg.training.checkpoint_path_dir}")
     if result["interrupted"]:
         print(f"interrupted: resume with --checkpoint {cfg.training.checkpoint_path_dir / 'last.pt'}")
-        import signal
         return 130 if trainer.stop_signal == signal.SIGINT else 0
-    if args.test:
-        results = trainer.test()
+    if results is not None:
         print(format_table(results, f"{trainer.ws.collection.name} / test"))
         print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
     return 0
@@ -104,30 +146,22 @@ def cmd_evaluate(args) -> int:
     from .config import load_config, resolve_device
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
-    from .trainer import evaluate_split, load_checkpoint, build_agent
+    from .trainer import build_agent, evaluate_split, load_compatible
     from .ppo import AmpContext
     from .workspace import Workspace
 
-    overrides = _overrides(args)
     agent = amp = None
-    if args.checkpoint:
-        from .config import config_from_dict
-        cfg = config_from_dict(load_checkpoint(args.checkpoint)["config"])
-        from .config import config_to_dict
-        d = config_to_dict(cfg)
-        cfg = _apply(d, overrides)
-    else:
-        cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config, _overrides(args))
     device = torch.device(resolve_device(cfg.system.device))
     ws = Workspace(cfg, device, progress=not args.no_progress)
     if args.checkpoint:
         agent = build_agent(cfg, ws, device)
-        agent.core.load_state_dict(load_checkpoint(args.checkpoint)["model"])
+        agent.core.load_state_dict(load_compatible(args.checkpoint, cfg)["model"])
         amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
     if agent is None and not args.baselines:
         args.baselines = True  # nothing else to evaluate
     results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=args.baselines,
-                             run_dir=Path(args.run_dir) if args.run_dir else None)
+                             run_dir=Path(args.run_dir) if args.run_dir else None, oracle=args.oracle)
     table = format_table(results, f"{ws.collection.name} / {args.split}")
     print(table)
     if args.json:
@@ -135,22 +169,6 @@ def cmd_evaluate(args) -> int:
     if args.markdown:
         atomic_write_bytes(args.markdown, (table + "\n").encode("utf-8"))
     return 0
-
-
-def _apply(d: dict, overrides: dict):
-    from .config import config_from_dict
-
-    cfg = config_from_dict(d)
-    if overrides:
-        import tempfile
-
-        import yaml
-
-        from .config import load_config
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            yaml.safe_dump(d, f)
-        cfg = load_config(f.name, overrides)
-    return cfg
 
 
 def cmd_reformulate(args) -> int:
@@ -170,7 +188,12 @@ def cmd_reformulate(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "reformulate": cmd_reformulate}
+def cmd_oracle(args) -> int:
+    args.checkpoint, args.baselines, args.oracle, args.markdown, args.run_dir = None, True, True, None, None
+    return cmd_evaluate(args)
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "reformulate": cmd_reformulate, "oracle": cmd_oracle}
 
 
 def main(argv: list[str] | None = None) -> int:

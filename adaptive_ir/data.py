@@ -17,6 +17,7 @@ HDF5 files) are dropped with one counted warning instead.
 from __future__ import annotations
 
 import ast
+import functools
 import gzip
 import itertools
 import json
@@ -25,10 +26,11 @@ import random
 import re
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+import h5py
 import numpy as np
 
 from adaptive_ir.errors import DataError, where
@@ -292,9 +294,7 @@ def _trec_topics(path: PathLike, rows: Iterable[tuple[int, str]], fields: tuple[
             yield start, tags["num"], " ".join(tags.get(f, "") for f in fields).strip()
 
 
-def read_qrels(
-    path: PathLike, queries: Mapping[str, str], doc_ids: set[str] | Mapping[str, int]
-) -> dict[str, dict[str, int]]:
+def read_qrels(path: PathLike, queries: Container[str], doc_ids: Container[str]) -> dict[str, dict[str, int]]:
     """{qid: {doc_id: grade}} from `qid<TAB>docid<TAB>score` (BEIR; header optional) or TREC `qid 0 docid rel`.
 
     Every judged query must have text in `queries` and every judged document must be in the corpus:
@@ -313,7 +313,7 @@ def read_qrels(
         try:
             grade = int(score)
         except ValueError:
-            if lineno == 1:  # the BEIR header 'query-id corpus-id score'
+            if lineno == 1 and not any(c.isdigit() for c in score):  # a header such as 'query-id corpus-id score'
                 continue
             raise DataError(f"{where(path, lineno)}: relevance '{score[:30]}' is not an integer") from None
         if qid not in queries:
@@ -363,11 +363,18 @@ def _assemble(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def load_beir(path: str | Path, dev_fraction: float = 0.2, seed: int = 42, name: str | None = None) -> Collection:
+def load_beir(
+    path: str | Path,
+    dev_fraction: float = 0.2,
+    seed: int = 42,
+    name: str | None = None,
+    splits: Iterable[str] | None = None,
+) -> Collection:
     """A BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv) or the `.zip` BEIR distributes.
 
     Splits are the qrels files present; a split's queries are the qids judged in it. Without qrels/dev.tsv, a
-    seeded `dev_fraction` of train becomes dev (`carve_dev`).
+    seeded `dev_fraction` of train becomes dev (`carve_dev`). `splits` (default: all) limits which qrels files are
+    opened at all: training asks for train and dev only, so test judgments are never read while training.
     """
     path = Path(path)
     if not path.exists():
@@ -375,10 +382,10 @@ def load_beir(path: str | Path, dev_fraction: float = 0.2, seed: int = 42, name:
             f"{path}: BEIR folder or zip not found; get one from {BEIR_URL.format(name=path.stem or '<name>')}"
         )
     if path.suffix != ".zip":
-        return _load_beir_root(path, dev_fraction, seed, name or path.name)
+        return _load_beir_root(path, dev_fraction, seed, name or path.name, splits)
     try:
         with zipfile.ZipFile(path) as zf:
-            return _load_beir_root(_zip_root(zf, path), dev_fraction, seed, name or path.stem)
+            return _load_beir_root(_zip_root(zf, path), dev_fraction, seed, name or path.stem, splits)
     except zipfile.BadZipFile as e:
         raise DataError(f"{path}: not a valid zip file ({e}); download it again") from e
 
@@ -392,13 +399,20 @@ def _zip_root(zf: zipfile.ZipFile, path: Path) -> zipfile.Path:
     return zipfile.Path(zf, at="" if parent == "." else parent + "/")
 
 
-def _load_beir_root(root: PathLike, dev_fraction: float, seed: int, name: str) -> Collection:
+def _load_beir_root(root: PathLike, dev_fraction: float, seed: int, name: str, splits=None) -> Collection:
     corpus = read_corpus(root / "corpus.jsonl")
     queries = read_queries(root / "queries.jsonl")
     qrels_files = {s: root / "qrels" / f"{s}.tsv" for s in SPLIT_ORDER}
     qrels_files = {s: p for s, p in qrels_files.items() if p.exists()}
     if not qrels_files:
         raise DataError(f"{root / 'qrels'}: no train.tsv, dev.tsv or test.tsv; a BEIR folder needs at least one")
+    if splits is not None:
+        wanted = _wanted(splits)
+        present = ", ".join(f"{s}.tsv" for s in qrels_files)
+        qrels_files = {s: p for s, p in qrels_files.items() if s in wanted}
+        if not qrels_files:
+            raise DataError(f"{root / 'qrels'}: needs {' or '.join(f'{s}.tsv' for s in wanted)} here "
+                            f"(found: {present})")
     doc_set = set(corpus[0])
     qrels = {s: read_qrels(p, queries, doc_set) for s, p in qrels_files.items()}
     return _assemble(name, corpus, queries, qrels, dev_fraction, seed)
@@ -425,9 +439,15 @@ def load_trec(
     return _assemble(name or corpus_path.parent.name, corpus, queries, qrels, dev_fraction, seed)
 
 
-def load_trec_dir(path: str | Path, dev_fraction: float = 0.2, seed: int = 42, name: str | None = None) -> Collection:
+def load_trec_dir(
+    path: str | Path,
+    dev_fraction: float = 0.2,
+    seed: int = 42,
+    name: str | None = None,
+    splits: Iterable[str] | None = None,
+) -> Collection:
     """A folder laid out for `load_trec`: one `topics.*` file, `qrels.{train,dev,test}.*` (any present) and
-    `corpus.jsonl` or `corpus.tsv` (optionally .gz)."""
+    `corpus.jsonl` or `corpus.tsv` (optionally .gz). `splits` (default: all) limits which qrels files are read."""
     path = Path(path)
     if not path.is_dir():
         raise DataError(f"{path}: TREC folder not found")
@@ -442,17 +462,28 @@ def load_trec_dir(path: str | Path, dev_fraction: float = 0.2, seed: int = 42, n
         )
     if any(len(v) > 1 for v in qrels.values()):
         raise DataError(f"{path}: more than one qrels file for a split (found: {found})")
+    if splits is not None:
+        wanted = _wanted(splits)
+        qrels = {s: v for s, v in qrels.items() if s in wanted}
+        if not any(qrels.values()):
+            raise DataError(f"{path}: needs a qrels.{{{','.join(wanted)}}}.* file here (found: {found})")
     return load_trec(
         topics[0], {s: v[0] for s, v in qrels.items() if v}, corpora[0], dev_fraction, seed, name or path.name
     )
 
 
-def load_msmarco(path: str | Path, dev_fraction: float = 0.2, seed: int = 42, name: str | None = None) -> Collection:
+def load_msmarco(
+    path: str | Path,
+    dev_fraction: float = 0.2,
+    seed: int = 42,
+    name: str | None = None,
+    splits: Iterable[str] | None = None,
+) -> Collection:
     """MS MARCO passage ranking: collection.tsv, queries.{train,dev}.tsv, qrels.{train,dev}.tsv.
 
     MS MARCO's public dev set has no hidden labels, so it serves as our **test** split; our dev split is
     carved from train. When qrels.dev.small.tsv is present it is used instead of qrels.dev.tsv (the official
-    6,980-query evaluation subset).
+    6,980-query evaluation subset). `splits` (default: all) limits which qrels files are read.
     """
     path = Path(path)
     if not path.is_dir():
@@ -463,10 +494,14 @@ def load_msmarco(path: str | Path, dev_fraction: float = 0.2, seed: int = 42, na
     test_qrels = path / "qrels.dev.small.tsv"
     if not test_qrels.exists():
         test_qrels = path / "qrels.dev.tsv"
-    qrels = {
-        "train": read_qrels(path / "qrels.train.tsv", queries, doc_set),
-        "test": read_qrels(test_qrels, queries, doc_set),
-    }
+    files = {"train": path / "qrels.train.tsv", "test": test_qrels}
+    wanted = _wanted(splits) if splits is not None else ("train", "dev", "test")
+    # dev is carved from train, so asking for dev reads the train qrels
+    wanted_files = {"train"} if {"train", "dev"} & set(wanted) else set()
+    wanted_files |= {"test"} & set(wanted)
+    qrels = {s: read_qrels(p, queries, doc_set) for s, p in files.items() if s in wanted_files}
+    if not qrels:
+        raise DataError(f"{path}: MS MARCO has train (with a carved dev) and test splits, not {list(wanted)}")
     return _assemble(name or path.name, corpus, queries, qrels, dev_fraction, seed)
 
 
@@ -490,20 +525,18 @@ def load_hdf5(dataset_path: str | Path, corpus_path: str | Path, name: str | Non
     cannot fix them: a repeated corpus title keeps its first row; a cited title missing from the corpus (MSA has
     dangling citations) is dropped; a query that is empty or is left with no relevant document is dropped.
     """
-    import h5py  # only this loader needs it
-
     dataset_path, corpus_path = Path(dataset_path), Path(corpus_path)
-    with _open_hdf5(h5py, corpus_path) as f:
+    with _open_hdf5(corpus_path) as f:
         titles = _h5_strings(f, "title", corpus_path)
         texts = _h5_strings(f, "text", corpus_path)
     if len(titles) != len(texts):
         raise DataError(f"{corpus_path}: 'title' has {len(titles)} rows but 'text' has {len(texts)}")
     doc_ids, titles, texts = _first_of_each_title(titles, texts, corpus_path)
-    row_of = {t: i for i, t in enumerate(doc_ids)}
+    known = set(doc_ids)
 
     queries, qrels = {}, {}
     dropped: dict[str, list[str]] = {"dangling": [], "empty": [], "unjudged": []}
-    with _open_hdf5(h5py, dataset_path) as f:
+    with _open_hdf5(dataset_path) as f:
         for h5_split, split in _HDF5_SPLITS.items():
             texts_q = _h5_strings(f, f"queries_{h5_split}", dataset_path)
             cited = _h5_strings(f, f"doc_ids_{h5_split}", dataset_path)
@@ -516,7 +549,7 @@ def load_hdf5(dataset_path: str | Path, corpus_path: str | Path, name: str | Non
             for row, (text, literal) in enumerate(zip(texts_q, cited)):
                 qid = f"{split}-{row}"
                 titles_cited = _title_list(literal, dataset_path, f"doc_ids_{h5_split}", row)
-                found = [_find_title(t, row_of) for t in titles_cited]
+                found = [_find_title(t, known) for t in titles_cited]
                 dropped["dangling"] += [t for t, d in zip(titles_cited, found) if d is None]
                 judged = {d: 1 for d in found if d is not None}
                 if not text.strip():
@@ -539,7 +572,7 @@ def load_hdf5(dataset_path: str | Path, corpus_path: str | Path, name: str | Non
     )
 
 
-def _open_hdf5(h5py, path: Path):
+def _open_hdf5(path: Path) -> h5py.File:
     if not path.is_file():
         raise DataError(f"{path}: file not found; the HDF5 files are listed at {NOGUEIRA_CHO_URL}")
     try:
@@ -553,7 +586,7 @@ def _h5_strings(f, key: str, path: Path) -> list[str]:
     if key not in f:
         raise DataError(f"{where(path, key=key)}: dataset missing (found: {', '.join(sorted(f.keys())) or 'none'})")
     ds = f[key]
-    if not hasattr(ds, "dtype") or ds.ndim != 1 or ds.dtype.kind not in "OS":
+    if not isinstance(ds, h5py.Dataset) or ds.ndim != 1 or ds.dtype.kind not in "OS":
         raise DataError(f"{where(path, key=key)}: expected a 1-D array of strings")
     out: list[str] = []
     for start in range(0, ds.shape[0], _HDF5_CHUNK):
@@ -597,19 +630,19 @@ def _title_list(literal: str, path: Path, key: str, row: int) -> list[str]:
     return [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in value]
 
 
-def _find_title(title: str, row_of: Mapping[str, int]) -> str | None:
+def _find_title(title: str, known: Container[str]) -> str | None:
     """The corpus id of a cited title, or None.
 
     The files were written with Python 2, where `str(list)` of UTF-8 byte strings escapes each byte
     ('Caf\\xc3\\xa9'); read back in Python 3 that is mojibake, which this undoes when the plain lookup fails.
     """
-    if title in row_of:
+    if title in known:
         return title
     try:
         repaired = title.encode("latin-1").decode("utf-8")
     except UnicodeError:
         return None
-    return repaired if repaired in row_of else None
+    return repaired if repaired in known else None
 
 
 def _warn_dropped(path: Path, items: list[str], what: str) -> None:
@@ -656,14 +689,11 @@ def load_ir_datasets(
     queries, qrels = {}, {}
     for split, ds in datasets.items():
         for q in ds.queries_iter():
-            text = getattr(q, "text", None) or getattr(q, "title", None) or ""
-            if not text.strip():
-                raise DataError(f"{where(ids[split], key=q.query_id)}: query has empty text")
-            queries[q.query_id] = text
+            queries[q.query_id] = getattr(q, "text", None) or getattr(q, "title", None) or ""  # TrecQuery: title
         qrels[split] = {}
         for r in ds.qrels_iter():
             loc = where(ids[split], key=f"{r.query_id}/{r.doc_id}")
-            if r.query_id not in queries:
+            if not queries.get(r.query_id, "").strip():
                 raise DataError(f"{loc}: judged query has no text")
             if r.doc_id not in seen:
                 raise DataError(f"{loc}: judged document is not in the corpus of '{first_id}'")
@@ -714,8 +744,13 @@ class _DefaultSpec:
     doc_len: tuple[int, int] = (60, 120)
     active_words: tuple[int, int] = (3, 7)  # subtopic words one document uses (a random subset: mismatch)
     subtopic_share: tuple[float, float] = (0.25, 0.4)  # of a document's tokens
-    digression: float = 0.8  # at most this share of those tokens come from a sibling subtopic
-    query_len: tuple[int, int] = (2, 4)
+    digression: float = 0.8  # at most this share of those tokens come from a sibling subtopic...
+    digression_words: int = 3  # ...drawn from this many of the sibling's words
+    topic_share: tuple[float, float] = (0.08, 0.15)  # of a document's tokens; the rest is background
+    query_words: tuple[int, int] = (1, 3)  # subtopic words in a query, plus one common (background) word...
+    query_common_words: int = 200  # ...among this many most frequent, so that every query matches far more than
+    # 40 documents: the R@40 cut-off binds and a misleading expansion term can push relevant documents out
+    query_topic_word: float = 0.3  # probability that a query also has a topic word
     split_sizes: tuple[tuple[str, int], ...] = (("train", 250), ("dev", 70), ("test", 80))
 
 
@@ -725,8 +760,9 @@ def make_default(seed: int = 13, **spec) -> Collection:
     32 topics x 4 subtopics; each subtopic has its own pseudo-word vocabulary. A document belongs to one subtopic
     and uses only a random subset of its words, mixed with words of a sibling subtopic, topic words and Zipfian
     background words, so a short query misses many relevant documents, and the co-occurring subtopic words
-    found in the top documents are the expansion terms that help (while the sibling's words mislead). Queries are
-    2-4 words of their subtopic; their relevant documents are the subtopic's documents (~9-22 each).
+    found in the top documents are the expansion terms that help (while the sibling's words mislead). A query is
+    1-3 words of its subtopic, one common word and sometimes a topic word (2-5 words); its relevant documents are
+    the subtopic's documents (8-21 each).
     Keyword arguments override `_DefaultSpec` fields.
     """
     return make_default_with_oracle(seed, **spec)[0]
@@ -739,10 +775,11 @@ def make_default_with_oracle(seed: int = 13, **spec) -> tuple[Collection, dict[s
     rng = np.random.default_rng(seed)
     words = _PseudoWords(random.Random(seed))
     n_sub = s.num_topics * s.subtopics_per_topic
-    background = words.take(s.background_words)
-    topic_vocab = [words.take(s.topic_words) for _ in range(s.num_topics)]
+    # Word lists become numpy arrays once, because rng.choice on a Python list converts it on every call.
+    background = np.array(words.take(s.background_words))
+    topic_vocab = [np.array(words.take(s.topic_words)) for _ in range(s.num_topics)]
     own = [words.take(s.own_words) for _ in range(n_sub)]
-    vocab = [_subtopic_vocab(k, own, s, rng) for k in range(n_sub)]
+    vocab = [np.array(_subtopic_vocab(k, own, s, rng)) for k in range(n_sub)]
 
     # Subtopic sizes vary +-40% around the mean.
     weights = rng.uniform(0.6, 1.4, n_sub)
@@ -751,8 +788,8 @@ def make_default_with_oracle(seed: int = 13, **spec) -> tuple[Collection, dict[s
     doc_sub = rng.permutation(np.repeat(np.arange(n_sub), sizes))  # corpus order says nothing about subtopics
     titles, texts = [], []
     for k in doc_sub:
-        sibling = _sibling(int(k), s.subtopics_per_topic, rng)
-        title, text = _default_doc(vocab[k], vocab[sibling], topic_vocab[k // s.subtopics_per_topic], background, s, rng)
+        sibling, topic = _sibling(int(k), s.subtopics_per_topic, rng), topic_vocab[k // s.subtopics_per_topic]
+        title, text = _default_doc(vocab[k], vocab[sibling], topic, background, s, rng)
         titles.append(title)
         texts.append(text)
     doc_ids = [f"D{i:05d}" for i in range(len(doc_sub))]
@@ -763,8 +800,11 @@ def make_default_with_oracle(seed: int = 13, **spec) -> tuple[Collection, dict[s
         queries[split], qrels[split] = {}, {}
         while len(queries[split]) < count:
             k = int(rng.integers(n_sub))
-            length = int(rng.integers(s.query_len[0], s.query_len[1] + 1))
+            length = int(rng.integers(s.query_words[0], s.query_words[1] + 1))
             terms = rng.choice(vocab[k], size=length, replace=False).tolist()
+            terms.append(str(rng.choice(background[: s.query_common_words])))
+            if rng.random() < s.query_topic_word:
+                terms.append(str(rng.choice(topic_vocab[k // s.subtopics_per_topic])))
             if (k, frozenset(terms)) in used:  # the same query in two splits would leak test into train
                 continue
             used.add((k, frozenset(terms)))
@@ -811,16 +851,18 @@ def _subtopic_vocab(k: int, own: list[list[str]], s: _DefaultSpec, rng: np.rando
     return rng.permutation(own[k] + borrowed).tolist()
 
 
+@functools.lru_cache(maxsize=None)
 def _zipf(n: int, exponent: float = 1.0) -> np.ndarray:
+    """Zipf probabilities for ranks 1..n (cached: the same few shapes are drawn thousands of times)."""
     p = 1.0 / np.arange(1, n + 1) ** exponent
     return p / p.sum()
 
 
 def _default_doc(
-    vocab: list[str],
-    sibling_vocab: list[str],
-    topic: list[str],
-    background: list[str],
+    vocab: np.ndarray,
+    sibling_vocab: np.ndarray,
+    topic: np.ndarray,
+    background: np.ndarray,
     s: _DefaultSpec,
     rng: np.random.Generator,
 ) -> tuple[str, str]:
@@ -829,10 +871,10 @@ def _default_doc(
     # Which subtopic words a document uses is Zipf-weighted: some are common in the subtopic, most are rare.
     n_active = int(rng.integers(s.active_words[0], s.active_words[1] + 1))
     active = rng.choice(vocab, size=n_active, replace=False, p=_zipf(len(vocab), 0.6))
-    digress = rng.choice(sibling_vocab, size=3, replace=False, p=_zipf(len(sibling_vocab), 0.6))
+    digress = rng.choice(sibling_vocab, size=s.digression_words, replace=False, p=_zipf(len(sibling_vocab), 0.6))
     n_sub = int(length * rng.uniform(*s.subtopic_share))
     n_digress = int(n_sub * rng.uniform(0, s.digression))
-    n_topic = int(length * rng.uniform(0.08, 0.15))
+    n_topic = int(length * rng.uniform(*s.topic_share))
     tokens = np.concatenate([
         rng.choice(active, n_sub - n_digress, p=_zipf(n_active)),
         rng.choice(digress, n_digress),
@@ -856,31 +898,49 @@ _HDF5_FILES = {
 DATASET_TYPES = ("default", "beir", "trec", "msmarco", *_HDF5_FILES, "ir_datasets")
 
 
-def load_collection(data_cfg, seed: int) -> Collection:
+def load_collection(data_cfg, seed: int, splits: Iterable[str] | None = None) -> Collection:
     """The collection a config asks for.
 
     `data_cfg` is any object with `dataset_type`, `data_dir`, `dev_fraction` and `ir_datasets_id`. `seed` only
     decides which train queries are carved into dev; the default collection is always generated with its own
     fixed seed, so it is the same benchmark whatever the training seed. The HDF5 collections ship their own
     valid split, so `dev_fraction` does not apply to them.
+
+    `splits` (default: all) names the splits wanted; for file-based collections only their qrels files are
+    read (training passes ('train', 'dev') so test judgments stay unopened until evaluation asks for them).
     """
     kind = data_cfg.dataset_type
     if kind not in DATASET_TYPES:
         raise DataError(f"unknown dataset_type '{kind}'; choose one of {', '.join(DATASET_TYPES)}")
     if kind == "default":
-        return make_default()
+        return _only(make_default(), splits)
     if kind == "ir_datasets":
         if not data_cfg.ir_datasets_id:
             raise DataError("dataset_type 'ir_datasets' needs data.ir_datasets_id, e.g. 'beir/scifact/test'")
-        return load_ir_datasets(data_cfg.ir_datasets_id, data_cfg.dev_fraction, seed)
+        return _only(load_ir_datasets(data_cfg.ir_datasets_id, data_cfg.dev_fraction, seed), splits)
     root = _data_dir(data_cfg)
     if kind == "beir":
-        return load_beir(root, data_cfg.dev_fraction, seed)
+        return load_beir(root, data_cfg.dev_fraction, seed, splits=splits)
     if kind == "trec":
-        return load_trec_dir(root, data_cfg.dev_fraction, seed)
+        return load_trec_dir(root, data_cfg.dev_fraction, seed, splits=splits)
     if kind == "msmarco":
-        return load_msmarco(root, data_cfg.dev_fraction, seed)
-    return load_hdf5(*_hdf5_pair(root, kind), name=kind)
+        return load_msmarco(root, data_cfg.dev_fraction, seed, splits=splits)
+    return _only(load_hdf5(*_hdf5_pair(root, kind), name=kind), splits)
+
+
+def _wanted(splits: Iterable[str]) -> tuple[str, ...]:
+    """The requested split names; asking for dev also needs train (a missing dev split is carved from it)."""
+    wanted = tuple(dict.fromkeys(splits))
+    return (*wanted, "train") if "dev" in wanted and "train" not in wanted else wanted
+
+
+def _only(collection: Collection, splits: Iterable[str] | None) -> Collection:
+    """`collection` keeping only `splits` (for sources whose splits share one file or live in memory)."""
+    if splits is None:
+        return collection
+    wanted = set(splits)
+    return replace(collection, queries={s: q for s, q in collection.queries.items() if s in wanted},
+                   qrels={s: q for s, q in collection.qrels.items() if s in wanted})
 
 
 def _data_dir(data_cfg) -> Path:

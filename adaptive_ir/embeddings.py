@@ -11,11 +11,13 @@ Providers:
   with no known word (OOV) gets the zero vector, and the count of such texts is logged.
 
 All vectors are L2-normalised (zero stays zero). The cache keeps, per provider identity, ``texts.json`` and
-``vectors.npy`` (atomic writes, at most ``embedding_cache_size`` rows, oldest dropped first).
+``vectors.npy`` (atomic writes; ``texts.json``, written last, holds a checksum of both files; at most
+``embedding_cache_size`` rows, oldest dropped first).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import AdaptiveIRError
-from .io import atomic_save_npy, atomic_write_json, fingerprint
+from .io import atomic_write_bytes, atomic_write_json, fingerprint, sha256
 from .text import Analyzer, CorpusTerms
 
 log = logging.getLogger(__name__)
@@ -169,11 +171,18 @@ class EmbeddingCache:
         if self.folder is None:
             return [], None
         try:
-            texts = json.loads((self.folder / "texts.json").read_text(encoding="utf-8"))
-            vecs = np.load(self.folder / "vectors.npy", allow_pickle=False)
+            meta = json.loads((self.folder / "texts.json").read_text(encoding="utf-8"))
+            data = (self.folder / "vectors.npy").read_bytes()
         except (OSError, ValueError):
             return [], None
-        if len(texts) != len(vecs):  # the two files of an entry disagree: damaged, rebuild
+        # texts.json is written last and holds a checksum of the vectors and the texts together: a damaged or
+        # half-replaced entry (or one from an older layout) fails here and is rebuilt, never used.
+        texts = meta.get("texts") if isinstance(meta, dict) else None
+        if not isinstance(texts, list) or meta.get("sha256") != _entry_digest(data, texts):
+            log.warning("embedding cache %s is damaged or outdated; rebuilding it", self.folder)
+            return [], None
+        vecs = np.load(io.BytesIO(data), allow_pickle=False)
+        if len(texts) != len(vecs):
             log.warning("embedding cache %s is inconsistent; rebuilding it", self.folder)
             return [], None
         return texts, vecs
@@ -183,8 +192,16 @@ class EmbeddingCache:
             return
         if len(texts) > self.max_rows:
             texts, vecs = texts[-self.max_rows:], vecs[-self.max_rows:]
-        atomic_save_npy(self.folder / "vectors.npy", vecs)
-        atomic_write_json(self.folder / "texts.json", texts)
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(vecs), allow_pickle=False)
+        data = buf.getvalue()
+        atomic_write_bytes(self.folder / "vectors.npy", data)
+        atomic_write_json(self.folder / "texts.json", {"sha256": _entry_digest(data, texts), "texts": texts})
+
+
+def _entry_digest(vectors_npy: bytes, texts: list[str]) -> str:
+    """Checksum of one cache entry: the vectors file and the texts its rows belong to."""
+    return sha256(vectors_npy + json.dumps(texts).encode("utf-8"))
 
 
 def make_embedder(kind: str, path: str | None, corpus: CorpusTerms, analyzer: Analyzer, dim: int | None,

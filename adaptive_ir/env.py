@@ -177,7 +177,11 @@ class ReformulationEnv:
             r = rows[miss]
             self.searches += 1
             self.cache_misses += int(miss.numel())
-            _, top = self.index.search(self.terms[r], self.weights[r], k=self.reward_k)
+            scores, top = self.index.search(self.terms[r], self.weights[r], k=self.reward_k)
+            # a document that matches no query term was not retrieved: topk fills short lists with zero-score
+            # docs in arbitrary order, which would credit (or take away) recall for no reason (-2 matches
+            # neither a document nor the -1 padding of rel_docs)
+            top = top.masked_fill(scores <= 0, -2)
             q = self.qidx[r]
             values = reward_metric(top, self.qs.rel_docs[q], self.qs.n_rel[q], self.reward_weights)
             out[miss] = values

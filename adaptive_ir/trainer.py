@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -19,14 +20,40 @@ from .errors import AdaptiveIRError, CheckpointError
 from .evaluate import METRIC_NAMES, bm25_run, evaluate_run, format_table, rm3_run, write_trec_run
 from .io import atomic_write_bytes, atomic_write_json, sha256
 from .monitor import Monitor
+from .oracle import oracle_run
 from .policy import Agent
 from .ppo import AmpContext, PPOSettings, ppo_update
 from .reformulate import agent_run, make_env
 from .rollout import collect
+from .telemetry import GPUTelemetry
 from .workspace import Workspace, seed_everything
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
+GPU_SAMPLE_INTERVAL_S = 5.0
+"""Seconds between GPU telemetry samples (utilisation, memory, temperature) logged with each row."""
+RANK_SEED_STRIDE = 100_003
+"""Rank r of a DDP run seeds its action and minibatch generators with seed + r × this (rank 0 = single-process)."""
+
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world size) of the DDP process group, (0, 1) outside one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def parallel_wrapper(core: nn.Module, device: torch.device) -> nn.Module | None:
+    """The wrapper the core's forwards run through: DDP inside a process group (torchrun), DataParallel over
+    every visible GPU when the run is on cuda / cuda:0 and there are several, else None."""
+    if dist_info()[1] > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        # the core has no buffers (no batch norm), so outside a Join a no-grad forward runs no collective and
+        # rank 0 can evaluate dev alone
+        return nn.parallel.DistributedDataParallel(core, device_ids=ids)
+    if device.type == "cuda" and device.index in (None, 0) and torch.cuda.device_count() > 1:
+        return nn.DataParallel(core)
+    return None
 
 
 class EpochSampler:
@@ -49,10 +76,12 @@ class EpochSampler:
         return torch.cat(out)
 
     def state_dict(self) -> dict:
-        return {"perm": self.perm, "pos": self.pos, "epoch": self.epoch}
+        # the generator too: the permutations of the epochs after a resume must be those of an unbroken run
+        return {"perm": self.perm, "pos": self.pos, "epoch": self.epoch, "generator": self.gen.get_state()}
 
     def load_state_dict(self, s: dict) -> None:
         self.perm, self.pos, self.epoch = s["perm"], s["pos"], s["epoch"]
+        self.gen.set_state(s["generator"])
 
 
 def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
@@ -74,32 +103,48 @@ class Trainer:
 
     def __init__(self, cfg: Config, resume: str | Path | None = None, progress: bool = True,
                  collection=None):
-        self.cfg, self.progress = cfg, progress
+        self.rank, self.world = dist_info()
+        self.is_main = self.rank == 0
+        self.cfg, self.progress = cfg, progress and self.is_main
         tc, ac = cfg.training, cfg.rl_agent
         if not cfg.embeddings.freeze:
             log.warning("embeddings.freeze: false is not supported (the embedding tables are precomputed data "
                         "shared by train, dev and test); training with frozen embeddings")
         seed_everything(cfg.system.seed)
         self.device = torch.device(resolve_device(cfg.system.device))
-        self.ws = Workspace(cfg, self.device, collection=collection, progress=progress)
+        if not self.is_main:
+            torch.distributed.barrier()  # rank 0 builds the on-disk caches first; the others then read them
+        # test qrels stay unread while training: evaluate_split loads the test split on demand
+        self.ws = Workspace(cfg, self.device, collection=collection, progress=self.progress,
+                            splits=("train", "dev"))
         self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries)
-        self.dev_qs, self.dev_tables = self.ws.split("dev") if "dev" in self.ws.collection.splits else (None, None)
+        has_dev = "dev" in self.ws.collection.splits and self.is_main  # dev evaluation is rank 0's alone
+        self.dev_qs, self.dev_tables = self.ws.split("dev") if has_dev else (None, None)
+        if self.is_main and self.world > 1:
+            torch.distributed.barrier()
         self.agent = build_agent(cfg, self.ws, self.device)
         self._parallelize()
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=tc.learning_rate, eps=1e-5)
         self.episodes_per_round = tc.collect_batch_size
         self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
         n_train = len(self.train_qs)
-        self.total_updates = max(1, math.ceil(tc.num_epochs * n_train / (self.rounds * self.episodes_per_round)))
+        # DDP: each rank walks its own stride of the train queries, so an update sees world × the episodes
+        self.shard = torch.arange(self.rank, n_train, self.world)
+        if len(self.shard) == 0:
+            raise AdaptiveIRError(f"{n_train} train queries cannot be shared by {self.world} processes; "
+                                  "use fewer processes (--nproc_per_node)")
+        self.total_updates = max(1, math.ceil(tc.num_epochs * n_train
+                                              / (self.world * self.rounds * self.episodes_per_round)))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, (lambda u: max(0.0, 1.0 - u / self.total_updates)) if tc.anneal_lr else (lambda u: 1.0))
         self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
         self.env = make_env(cfg, self.ws, self.train_qs)
         self.buf = RolloutBuffer(ac.max_steps_per_episode, self.rounds * self.episodes_per_round,
                                  self.train_qs.max_candidates, self.device)
-        self.action_gen = torch.Generator().manual_seed(cfg.system.seed)
-        self.minibatch_gen = torch.Generator().manual_seed(cfg.system.seed + 1)
-        self.sampler = EpochSampler(n_train, torch.Generator().manual_seed(cfg.system.seed + 2))
+        seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
+        self.action_gen = torch.Generator().manual_seed(seed)
+        self.minibatch_gen = torch.Generator().manual_seed(seed + 1)
+        self.sampler = EpochSampler(len(self.shard), torch.Generator().manual_seed(seed + 2))
         self.update = self.episodes = self.steps = 0
         self.best, self.best_update, self.bad_evals, self.nonfinite_streak, self.nonfinite_total = -1.0, -1, 0, 0, 0
         self.ckpt_dir = tc.checkpoint_path_dir
@@ -109,18 +154,18 @@ class Trainer:
 
     def _parallelize(self) -> None:
         """DataParallel over all visible GPUs, or DDP under torchrun: the core runs through the wrapper in
-        both rollout and update forwards."""
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.agent.parallelize(nn.parallel.DistributedDataParallel(self.agent.core, device_ids=ids))
-        elif self.device.type == "cuda" and torch.cuda.device_count() > 1:
-            self.agent.parallelize(nn.DataParallel(self.agent.core))
-            log.info("DataParallel over %d GPUs", torch.cuda.device_count())
+        rollout, update and evaluation forwards (Agent.forward calls it); state_dict keys do not change."""
+        wrapper = parallel_wrapper(self.agent.core, self.device)
+        if wrapper is not None:
+            self.agent.parallelize(wrapper)
+            log.info("%s: %s", type(wrapper).__name__, f"{self.world} processes" if self.world > 1
+                     else f"{torch.cuda.device_count()} GPUs")
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict:
         tc = self.cfg.training
-        monitor = Monitor(tc.log_path_dir)
+        monitor = Monitor(tc.log_path_dir) if self.is_main else None  # rank 0 alone logs, saves, evaluates
+        gpu = GPUTelemetry(GPU_SAMPLE_INTERVAL_S).start() if self.is_main else None
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         ppo = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
                           tc.batch_size, tc.target_kl)
@@ -136,8 +181,9 @@ class Trainer:
                     frac = self.update / max(1, self.total_updates - 1)
                     ppo.entropy_coef = tc.entropy_coef + frac * (tc.entropy_coef_final - tc.entropy_coef)
                 self.agent.use_tables(self.train_tables)
-                losses = ppo_update(self.agent, self.optimizer, self.amp, self.buf, self.train_qs, adv, ret, ppo,
-                                    self.minibatch_gen, self.nonfinite_streak)
+                with self._join():
+                    losses = ppo_update(self.agent, self.optimizer, self.amp, self.buf, self.train_qs, adv, ret,
+                                        ppo, self.minibatch_gen, self.nonfinite_streak)
                 self.nonfinite_streak = losses.pop("nonfinite_streak")
                 self.nonfinite_total += losses["nonfinite_skipped"]
                 self.scheduler.step()
@@ -149,15 +195,17 @@ class Trainer:
                        "charts/reward_cache_hit_rate": self.env.cache_hits / max(1, self.env.cache_hits + self.env.cache_misses),
                        **{f"losses/{k}": v for k, v in losses.items() if k not in ("minibatches", "samples")},
                        "losses/nonfinite_total": self.nonfinite_total}
-                if self.update % tc.log_freq == 0 or self.update == self.total_updates:
-                    monitor.log(self.update, row)
+                if self.is_main and (self.update % tc.log_freq == 0 or self.update == self.total_updates):
+                    monitor.log(self.update, row | gpu.latest())
                 bar.update(1)
                 bar.set_postfix(ret=f"{stats['return']:.3f}", eps=f"{row['charts/episodes_per_s']:.0f}/s")
                 stop = False
                 if self.dev_qs is not None and (self.update % tc.eval_every == 0 or self.update == self.total_updates):
                     stop = self._evaluate_dev(monitor)
-                if self.update % tc.save_freq == 0:
+                if self.is_main and self.update % tc.save_freq == 0:
                     self.save(self.ckpt_dir / "last.pt")
+                if self.world > 1:
+                    stop = self._agree_to_stop(stop)
                 if stop:
                     log.info("early stopping: no dev improvement in %d evaluations", tc.early_stopping_patience)
                     break
@@ -165,10 +213,12 @@ class Trainer:
             bar.close()
             for s, h in old_handlers.items():
                 signal.signal(s, h)
-            self.save(self.ckpt_dir / "last.pt")
-            if self.best_update < 0:  # no dev split: the last model is the best we know
-                self.save(self.ckpt_dir / "best.pt")
-            monitor.close()
+            if self.is_main:
+                gpu.stop()
+                self.save(self.ckpt_dir / "last.pt")
+                if self.best_update < 0:  # no dev split: the last model is the best we know
+                    self.save(self.ckpt_dir / "best.pt")
+                monitor.close()
         return {"updates": self.update, "best_dev": self.best, "best_update": self.best_update,
                 "interrupted": self.stop_signal is not None}
 
@@ -177,23 +227,54 @@ class Trainer:
         log.warning("signal %d: checkpointing and stopping after this update", signum)
         self.stop_signal = signum
 
+    @contextlib.contextmanager
+    def _join(self):
+        """DDP: ranks hold different numbers of valid transitions, hence of minibatches (and target_kl may stop
+        one early); Join lets the ranks that finish first shadow the others' gradient all-reduces."""
+        if self.world == 1:
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        ddp = self.agent._runner
+        try:
+            with Join([ddp]):
+                yield
+        finally:
+            # a Join leaves DDP announcing every later forward to it (an all-reduce each): rollouts, whose
+            # forward counts differ per rank, and rank 0's dev evaluation must stay collective-free
+            Join([ddp], enable=False)
+
+    def _agree_to_stop(self, early_stop: bool) -> bool:
+        """DDP: rank 0's early-stopping decision and any rank's SIGINT/SIGTERM, shared so all ranks leave the
+        loop after the same update (a rank that left alone would hang the others' all-reduces)."""
+        flags = torch.tensor([int(early_stop), self.stop_signal or 0], device=self.device)
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+        self.stop_signal = int(flags[1]) or None
+        return bool(flags[0])
+
     def _collect(self) -> dict[str, float]:
         self.buf.clear()
         self.agent.use_tables(self.train_tables)
         rets, finals, lens = [], [], []
         for r in range(self.rounds):
-            qidx = self.sampler.next(self.episodes_per_round).to(self.device)
+            qidx = self.shard[self.sampler.next(self.episodes_per_round)].to(self.device)
             s = collect(self.agent, self.amp, self.train_qs, self.env, self.buf, qidx, r * self.episodes_per_round,
                         self.action_gen)
             rets.append(s["return"])
             finals.append(s["final_metric"])
             lens.append(s["length"])
-        n_eps = self.rounds * self.episodes_per_round
-        steps = int(torch.cat(lens).sum())
+        means = torch.stack([torch.cat(rets).mean(), torch.cat(finals).mean(), torch.cat(lens).mean()]).float()
+        steps = torch.cat(lens).sum().reshape(1).float()
+        if self.world > 1:  # every rank rolls out the same number of episodes: the mean of means is the mean
+            torch.distributed.all_reduce(means)
+            torch.distributed.all_reduce(steps)
+            means /= self.world
+        n_eps = self.world * self.rounds * self.episodes_per_round
         self.episodes += n_eps
-        self.steps += steps
-        return {"return": float(torch.cat(rets).mean()), "final_metric": float(torch.cat(finals).mean()),
-                "length": float(torch.cat(lens).mean()), "episodes": n_eps, "steps": steps}
+        self.steps += int(steps)
+        ret, final, length = means.tolist()
+        return {"return": ret, "final_metric": final, "length": length, "episodes": n_eps, "steps": int(steps)}
 
     def _evaluate_dev(self, monitor: Monitor) -> bool:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
@@ -233,36 +314,36 @@ class Trainer:
         save_checkpoint(path, self.state())
 
     def load(self, path: str | Path) -> None:
-        s = load_checkpoint(path)
-        if s["fingerprint"] != self.cfg.fingerprint():
-            diff = {k: (v, self.cfg.fingerprint().get(k)) for k, v in s["fingerprint"].items()
-                    if self.cfg.fingerprint().get(k) != v}
-            raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: "
-                                  + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
-                                  + "; use the checkpoint's config or start a new run")
+        s = load_compatible(path, self.cfg)
         self.agent.core.load_state_dict(s["model"])
         self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])
         self.amp.scaler.load_state_dict(s["scaler"])
         torch.set_rng_state(s["rng"]["torch"])
-        self.action_gen.set_state(s["rng"]["action"])
-        self.minibatch_gen.set_state(s["rng"]["minibatch"])
         if s["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(s["rng"]["cuda"])
-        self.sampler.load_state_dict(s["sampler"])
         c = s["counters"]
+        if self.is_main:  # the checkpoint holds rank 0's streams and shard order
+            self.action_gen.set_state(s["rng"]["action"])
+            self.minibatch_gen.set_state(s["rng"]["minibatch"])
+            self.sampler.load_state_dict(s["sampler"])
+        else:  # other DDP ranks start fresh streams, offset by the update so they do not replay the first ones
+            seed = self.cfg.system.seed + RANK_SEED_STRIDE * self.rank + 3 * c["update"]
+            self.action_gen.manual_seed(seed)
+            self.minibatch_gen.manual_seed(seed + 1)
+            self.sampler = EpochSampler(len(self.shard), torch.Generator().manual_seed(seed + 2))
         self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
         self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
         self.nonfinite_streak, self.nonfinite_total = c["nonfinite_streak"], c["nonfinite_total"]
         log.info("resumed from %s at update %d", path, self.update)
 
     # ------------------------------------------------------------------ test
-    def test(self, checkpoint: str | Path | None = None) -> dict[str, dict[str, float]]:
+    def test(self, checkpoint: str | Path | None = None, oracle: bool = True) -> dict[str, dict[str, float]]:
         """Evaluate the best checkpoint on the test split beside BM25 and RM3; writes test_metrics.json."""
         path = Path(checkpoint) if checkpoint else self.ckpt_dir / "best.pt"
-        self.agent.core.load_state_dict(load_checkpoint(path)["model"])
+        self.agent.core.load_state_dict(load_compatible(path, self.cfg)["model"])
         results = evaluate_split(self.cfg, self.ws, self.agent, self.amp, "test", baselines=True,
-                                 run_dir=Path(self.cfg.training.output_dir) / "runs")
+                                 run_dir=Path(self.cfg.training.output_dir) / "runs", oracle=oracle)
         out = Path(self.cfg.training.output_dir)
         atomic_write_json(out / "test_metrics.json", results)
         atomic_write_bytes(out / "test_metrics.md", (format_table(results, f"{self.ws.collection.name} / test")
@@ -271,8 +352,10 @@ class Trainer:
 
 
 def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpContext | None, split: str,
-                   baselines: bool = True, run_dir: Path | None = None) -> dict[str, dict[str, float]]:
-    """{method: {metric: value}} for the agent (when given) and the BM25 / RM3 baselines on one split."""
+                   baselines: bool = True, run_dir: Path | None = None, oracle: bool = False
+                   ) -> dict[str, dict[str, float]]:
+    """{method: {metric: value}} for the agent (when given), the BM25 / RM3 baselines and the qrels oracle."""
+    ws.load_split(split)
     qids, texts, qrels = ws.collection.split(split)
     runs = {}
     if baselines:
@@ -281,6 +364,12 @@ def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpCont
     if agent is not None:
         qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
         runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)
+    if oracle:
+        qs, _ = ws.query_set(split, qids, texts, qrels)
+        rc = cfg.retrieval
+        runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
+                                    rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
+                                    rc.expansion_weight, rc.top_k)
     if run_dir is not None:
         for name, run in runs.items():
             write_trec_run(Path(run_dir) / f"{split}.{name}.trec", run, name)
@@ -297,6 +386,18 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
     atomic_write_bytes(path, data)
     atomic_write_json(Path(str(path) + ".json"), {"sha256": sha256(data), "format": CHECKPOINT_FORMAT,
                                                   "update": state["counters"]["update"]})
+
+
+def load_compatible(path: str | Path, cfg: Config) -> dict:
+    """A checkpoint whose model/data fingerprint equals ``cfg``'s, else CheckpointError naming the differences."""
+    s = load_checkpoint(path)
+    ours = cfg.fingerprint()
+    diff = {k: (v, ours.get(k)) for k, v in s["fingerprint"].items() if ours.get(k) != v}
+    if diff:
+        raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: "
+                              + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
+                              + "; use the config it was trained with, or start a new run")
+    return s
 
 
 def load_checkpoint(path: str | Path) -> dict:

@@ -43,11 +43,11 @@ class Workspace:
     """The retrieval system, candidate miner and embedder for one config, built once."""
 
     def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
-                 progress: bool = True):
+                 progress: bool = True, splits: tuple[str, ...] | None = None):
         self.cfg, self.device, self.progress = cfg, device, progress
         cm, rc = cfg.candidate_mining, cfg.retrieval
         with self._phase("load collection"):
-            self.collection = collection or load_collection(cfg.data, cfg.system.seed)
+            self.collection = collection or load_collection(cfg.data, cfg.system.seed, splits)
         with self._phase("index"):
             self.retriever = Retriever.build(self.collection, rc.bm25_k1, rc.bm25_b, rc.idf, device=device)
         self.doc_index = {d: i for i, d in enumerate(self.collection.doc_ids)}
@@ -96,6 +96,15 @@ class Workspace:
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
         return qs, tables
+
+    def load_split(self, split: str) -> None:
+        """Read a split that was left out when the collection was loaded (the test split, after training)."""
+        if split in self.collection.queries:
+            return
+        extra = load_collection(self.cfg.data, self.cfg.system.seed, (split,))
+        if split in extra.queries:
+            self.collection.queries[split] = extra.queries[split]
+            self.collection.qrels[split] = extra.qrels[split]
 
     def split(self, split: str, max_queries: int | None = None) -> tuple[QuerySet, Tables]:
         qids, texts, qrels = self.collection.split(split)

@@ -1,0 +1,224 @@
+"""Several devices on a CPU machine: the DataParallel routing (a batch-splitting stand-in), DDP under torchrun with
+the gloo backend, GPU telemetry (silent without a GPU; sampled from fake devices) and the CUDA OOM message."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import adaptive_ir.trainer as trainer_mod
+from adaptive_ir import cli
+from adaptive_ir.monitor import read_metrics
+from adaptive_ir.telemetry import GPUTelemetry, discover_devices, sample
+from adaptive_ir.trainer import Trainer, parallel_wrapper
+
+from helpers import default_collection, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class SplittingWrapper(nn.Module):
+    """DataParallel stand-in: scatters every input along the batch in two chunks, runs the core on each and
+    gathers the outputs, recording (grad enabled, batch size) per call."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+        self.calls: list[tuple[bool, int]] = []
+
+    def forward(self, *inputs):
+        b = inputs[0].shape[0]
+        self.calls.append((torch.is_grad_enabled(), b))
+        half = (b + 1) // 2
+        chunks = [s for s in (slice(0, half), slice(half, b)) if s.stop > s.start]
+        outs = [self.module(*(x[s] for x in inputs)) for s in chunks]
+        return tuple(torch.cat(parts) for parts in zip(*outs))
+
+
+class FakeDevice:
+    """An nvitop.Device look-alike: fixed readings, nvitop's NA string for an unsupported field, and an event
+    set once it has been read ``wait_reads`` times."""
+
+    def __init__(self, util=87, used=3 * 2**30, total=16 * 2**30, temperature="N/A", wait_reads=2):
+        self.values = {"util": util, "used": used, "total": total, "temperature": temperature}
+        self.reads = 0
+        self.read_enough = threading.Event()
+        self.wait_reads = wait_reads
+
+    def gpu_utilization(self):
+        self.reads += 1
+        if self.reads >= self.wait_reads:
+            self.read_enough.set()
+        return self.values["util"]
+
+    def memory_used(self):
+        return self.values["used"]
+
+    def memory_total(self):
+        return self.values["total"]
+
+    def temperature(self):
+        return self.values["temperature"]
+
+
+# ---------------------------------------------------------------------------------------------- DataParallel
+def test_dataparallel_chosen_only_with_several_gpus(monkeypatch):
+    monkeypatch.setattr(torch.nn, "DataParallel", SplittingWrapper)
+    core = nn.Linear(2, 2)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert isinstance(parallel_wrapper(core, torch.device("cuda")), SplittingWrapper)
+    assert isinstance(parallel_wrapper(core, torch.device("cuda:0")), SplittingWrapper)
+    assert parallel_wrapper(core, torch.device("cuda:1")) is None  # an explicit other GPU means that one alone
+    assert parallel_wrapper(core, torch.device("cpu")) is None
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert parallel_wrapper(core, torch.device("cuda")) is None
+
+
+def test_rollout_update_and_eval_forwards_run_through_the_wrapper(tmp_path, monkeypatch):
+    wrappers: list[SplittingWrapper] = []
+
+    def wrap(core, device):
+        wrappers.append(SplittingWrapper(core))
+        return wrappers[-1]
+
+    monkeypatch.setattr(trainer_mod, "parallel_wrapper", wrap)
+    # the trainer's telemetry reads a fake GPU, so the logged rows must carry its numbers
+    monkeypatch.setattr(trainer_mod, "GPUTelemetry", lambda interval: GPUTelemetry(interval, [FakeDevice()]))
+    cfg = tiny_config(tmp_path, **{"training.eval_every": 1, "training.num_epochs": 2})
+    t = Trainer(cfg, progress=False, collection=default_collection())
+    keys = list(t.agent.state_dict())
+    assert t.agent._runner is wrappers[0] and not any("module" in k for k in keys)
+    t.train()
+
+    calls = wrappers[0].calls
+    rollout = [b for grad, b in calls if not grad]
+    update = [b for grad, b in calls if grad]
+    assert cfg.training.collect_batch_size in rollout  # collect: B episodes per forward
+    assert len(t.dev_qs) in rollout  # greedy_rewrite on dev: one batch of every dev query
+    assert update and max(update) == cfg.training.batch_size  # ppo_update minibatches
+    assert list(t.agent.state_dict()) == keys
+    ckpt = trainer_mod.load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert list(ckpt["model"]) == list(t.agent.core.state_dict())
+
+    rows = [r for r in read_metrics(tmp_path / "logs" / "metrics.jsonl") if "charts/episodic_return" in r]
+    assert rows and all(r["gpu/0/util"] == 87.0 and r["gpu/0/mem_used_mib"] == 3072.0 for r in rows)
+    assert all("gpu/0/temperature" not in r for r in rows)  # NA readings are left out, not logged as 0
+
+
+# ---------------------------------------------------------------------------------------------- DDP
+WORKER = """
+import hashlib, json, os, sys
+import torch
+import adaptive_ir.trainer as T
+from adaptive_ir import cli
+
+train = T.Trainer.train
+
+def train_and_record(self):
+    out = train(self)
+    h = hashlib.sha256()
+    for k, v in self.agent.core.state_dict().items():
+        h.update(k.encode()); h.update(v.detach().cpu().double().numpy().tobytes())
+    with open(os.path.join(sys.argv[-1], f"rank{self.rank}.json"), "w") as f:
+        json.dump({"hash": h.hexdigest(), "shard": self.shard.tolist(), "updates": out["updates"],
+                   "world": self.world, "runner": type(self.agent._runner).__name__}, f)
+    return out
+
+T.Trainer.train = train_and_record
+sys.exit(cli.main(["train", *sys.argv[1:-1]]))
+"""
+
+
+def test_ddp_two_processes_gloo_stay_in_sync(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    out = tmp_path / "run"
+    sets = {"training.episodes_per_update": 32, "training.collect_batch_size": 16, "training.batch_size": 64,
+            "training.ppo_epochs": 2, "training.num_epochs": 2, "training.eval_every": 2, "data.max_train_queries": 64,
+            "rl_agent.hidden_dim": 32, "rl_agent.num_heads": 2}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
+           "--config", "quickstart", "--output-dir", str(out), "--no-progress", "--test",
+           *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["world"] == 2 and r["runner"] == "DistributedDataParallel" for r in ranks)
+    assert ranks[0]["hash"] == ranks[1]["hash"]  # gradients all-reduced: identical replicas
+    assert ranks[0]["updates"] == ranks[1]["updates"] == 2  # 2 epochs × 64 queries / (2 ranks × 32 episodes)
+    s0, s1 = set(ranks[0]["shard"]), set(ranks[1]["shard"])
+    assert not s0 & s1 and s0 | s1 == set(range(64))  # each rank rolls out its own queries
+    assert proc.stdout.count("trained 2 updates") == 1  # rank 0 alone reports and tests
+    assert (out / "test_metrics.json").is_file() and (out / "checkpoints" / "best.pt").is_file()
+    rows = read_metrics(out / "logs" / "metrics.jsonl")
+    assert [r["step"] for r in rows if "charts/episodic_return" in r] == [1, 2]  # one writer, not two
+    assert any("dev/R@40" in r for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------- telemetry
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU (and likely NVML) is present")
+def test_telemetry_is_silent_and_empty_without_a_gpu(capsys, caplog, monkeypatch):
+    caplog.set_level(logging.DEBUG)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        with GPUTelemetry(interval=0.01) as gpu:
+            assert not gpu.enabled and gpu._thread is None
+            assert gpu.latest() == {}
+        # torch claims a GPU but NVML is absent here (or nvitop is missing): still nothing, and no output
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        assert discover_devices() == []
+        monkeypatch.setitem(sys.modules, "nvitop", None)
+        assert discover_devices() == []
+    assert caught == []
+    assert caplog.records == []
+    assert capsys.readouterr() == ("", "")
+
+
+def test_sample_converts_and_skips_unreadable_fields():
+    broken = FakeDevice(util=50.5)
+    broken.memory_total = lambda: (_ for _ in ()).throw(RuntimeError("GPU is lost"))
+    got = sample([FakeDevice(temperature=71), broken])
+    assert got == {"gpu/0/util": 87.0, "gpu/0/mem_used_mib": 3072.0, "gpu/0/mem_total_mib": 16384.0,
+                   "gpu/0/temperature": 71.0, "gpu/1/util": 50.5, "gpu/1/mem_used_mib": 3072.0}
+
+
+def test_telemetry_thread_samples_in_the_background():
+    dev = FakeDevice(wait_reads=3)
+    gpu = GPUTelemetry(interval=0.01, devices=[dev]).start()
+    try:
+        assert gpu.latest()["gpu/0/util"] == 87.0  # start() samples once before returning
+        dev.values["util"] = 12
+        dev.wait_reads = dev.reads + 2  # two reads that surely follow the change
+        dev.read_enough.clear()
+        assert dev.read_enough.wait(timeout=30)  # later readings come from the thread
+        gpu.stop()
+        assert gpu.latest()["gpu/0/util"] == 12.0
+        assert gpu._thread is None
+    finally:
+        gpu.stop()
+
+
+# ---------------------------------------------------------------------------------------------- OOM
+def test_cuda_oom_prints_the_advice_and_exits_2(tmp_path, monkeypatch, capsys):
+    class OOMTrainer:
+        def __init__(self, *a, **k):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(trainer_mod, "Trainer", OOMTrainer)
+    rc = cli.main(["train", "--config", "quickstart", "--output-dir", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip() == f"error: {cli.OOM_ADVICE}"
+    assert "Traceback" not in err
