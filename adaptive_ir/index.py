@@ -108,14 +108,18 @@ class BM25Index:
         start = self.indptr[flat]
         count = self.indptr[flat + 1] - start
         total = int(count.sum())
-        slot = torch.repeat_interleave(torch.arange(flat.numel(), device=flat.device), count, output_size=total)
-        # position of each gathered posting: its term's start + its rank within that term's posting list
-        offset = torch.cumsum(count, 0) - count
-        pos = start[slot] + torch.arange(total, device=flat.device) - offset[slot]
+        slots = torch.arange(flat.numel(), device=flat.device)
+        slot = torch.repeat_interleave(slots, count, output_size=total)
+        # position of each gathered posting: its term's start + its rank within that term's posting list, i.e.
+        # arange(total) + (start - first output position of the term); the per-term parts are computed on the
+        # (B·L) slots and gathered once, which is cheaper than per-posting arithmetic (int64 division above all)
+        shift = start - (torch.cumsum(count, 0) - count)
+        pos = shift[slot] + torch.arange(total, device=flat.device)
         contrib = self.data[pos]
         if weights is not None:
             contrib = contrib * weights.reshape(-1)[slot].to(contrib.dtype)
-        target = torch.div(slot, width, rounding_mode="floor") * self.num_docs + self.indices[pos]
+        row_base = torch.div(slots, width, rounding_mode="floor") * self.num_docs
+        target = row_base[slot] + self.indices[pos]
         scores = torch.zeros(bsz * self.num_docs, dtype=self.data.dtype, device=self.data.device)
         scores.index_add_(0, target, contrib)
         return scores.view(bsz, self.num_docs)

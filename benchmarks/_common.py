@@ -1,0 +1,126 @@
+"""Shared plumbing of the benchmark scripts: arguments, the workspace they time, machine facts, JSON and plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from adaptive_ir.config import load_config
+from adaptive_ir.data import load_beir, make_default
+from adaptive_ir.workspace import Workspace, seed_everything
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every script takes."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--config", default="quickstart", help="config name or path (sizes the policy and the miner)")
+    p.add_argument("--data-dir", default=None, help="a BEIR folder (e.g. ../shared/datasets/scifact); "
+                   "default: the embedded default collection")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="a tiny budget: checks the script runs, not its speed")
+    p.add_argument("--json", default=None, help="write the figures to this JSON file")
+    p.add_argument("--plot", default=None, help="PNG path (default: benchmarks/results/<script>.png)")
+    return p
+
+
+def setup(args) -> torch.device:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    if args.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(args.device)
+
+
+def load_collection(data_dir: str | None):
+    """The real BEIR collection when a folder is given, else the embedded default (no files needed)."""
+    return load_beir(data_dir) if data_dir else make_default()
+
+
+def workspace(args, device: torch.device, collection=None, **overrides) -> Workspace:
+    """A Workspace for ``args.config`` with candidate/embedding caches off (a benchmark measures, never reuses)."""
+    out = tempfile.mkdtemp(prefix="adaptive-ir-bench-")
+    sets = {"training.output_dir": out, "candidate_mining.cache_enabled": "false", "embeddings.type": "lsa",
+            **{k: str(v) for k, v in overrides.items()}}
+    cfg = load_config(args.config, sets)
+    return Workspace(cfg, device, collection=collection or load_collection(args.data_dir), progress=False)
+
+
+def machine(device: torch.device) -> dict:
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "device": str(device)}
+    try:
+        info["load_average"] = os.getloadavg()  # how busy the (possibly shared) machine was
+    except OSError:
+        pass
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Timer:
+    """Accumulates wall time per named phase (synchronising CUDA so asynchronous kernels are charged)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.totals: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        return _Phase(self, name)
+
+
+class _Phase:
+    def __init__(self, timer: Timer, name: str):
+        self.timer, self.name = timer, name
+
+    def __enter__(self):
+        sync(self.timer.device)
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        sync(self.timer.device)
+        self.timer.totals[self.name] = self.timer.totals.get(self.name, 0.0) + time.perf_counter() - self.t0
+        return False
+
+
+def write_json(path: str | None, payload: dict) -> None:
+    text = json.dumps(payload, indent=2, default=float)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text + "\n")
+    print(text)
+
+
+def figure():
+    """A matplotlib (fig, ax) on the Agg backend: the scripts run headless."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(7, 4.2))
+
+
+def save_plot(fig, args, name: str) -> str:
+    path = Path(args.plot) if args.plot else RESULTS / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return str(path)

@@ -1,0 +1,117 @@
+"""The PPO update alone: samples/s and peak memory in FP32 and under AMP, on the device present.
+
+AMP is bf16 autocast on the CPU; on CUDA, fp16 with GradScaler and bf16 (where supported). One buffer is filled
+once by the engine's rollout (B = training.episodes_per_update episodes); every variant then starts from the same
+weights and optimizer state and runs ``training.ppo_epochs`` epochs over it, ``--repeats`` times.
+
+Peak memory: CUDA ``max_memory_allocated``; on the CPU, the growth of the process' peak resident set
+(``ru_maxrss``) during the variant — a high-water mark, so only growth beyond earlier variants shows.
+
+    python benchmarks/ppo_update.py --config scifact --data-dir ../shared/datasets/scifact --json benchmarks/results/ppo_update.json
+"""
+
+from __future__ import annotations
+
+import copy
+import resource
+import sys
+import time
+
+import torch
+
+from adaptive_ir.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.ppo import AmpContext, PPOSettings, ppo_update
+from adaptive_ir.reformulate import make_env
+from adaptive_ir.rollout import collect
+from adaptive_ir.trainer import build_agent
+
+import _common as common
+
+
+def rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def main() -> None:
+    p = common.parser(__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    device = common.setup(args)
+    ws = common.workspace(args, device)
+    cfg, tc = ws.cfg, ws.cfg.training
+    qs, tables = ws.split("train")
+    episodes = 16 if args.quick else tc.episodes_per_update
+    repeats = 1 if args.quick else args.repeats
+    ppo_epochs = 1 if args.quick else tc.ppo_epochs
+
+    torch.manual_seed(args.seed)
+    agent = build_agent(cfg, ws, device)
+    agent.use_tables(tables)
+    env = make_env(cfg, ws, qs)
+    buf = RolloutBuffer(cfg.rl_agent.max_steps_per_episode, episodes, qs.max_candidates, device)
+    qidx = torch.randperm(len(qs), generator=torch.Generator().manual_seed(args.seed))
+    qidx = qidx[torch.arange(episodes) % len(qs)].to(device)
+    collect(agent, AmpContext(device, False), qs, env, buf, qidx, 0, torch.Generator().manual_seed(args.seed))
+    adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, buf.bootstrap, tc.gamma, tc.gae_lambda)
+    settings = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, ppo_epochs,
+                           tc.batch_size, None)  # no KL early stop: every variant does the same work
+    start = copy.deepcopy(agent.state_dict())
+
+    variants = {"fp32": AmpContext(device, False)}
+    if device.type == "cuda":
+        variants["amp_fp16"] = AmpContext(device, True, "float16")
+        if torch.cuda.is_bf16_supported():
+            variants["amp_bf16"] = AmpContext(device, True, "bfloat16")
+    else:
+        variants["amp_bf16"] = AmpContext(device, True, "bfloat16")
+
+    rows = {}
+    for name, amp in variants.items():
+        agent.load_state_dict(start)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=tc.learning_rate, eps=1e-5)
+        gen = torch.Generator().manual_seed(args.seed)
+        ppo_update(agent, optimizer, amp, buf, qs, adv, ret, settings, gen)  # warm-up (kernels, Adam state)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        rss0 = rss_bytes()
+        best, samples, stats = float("inf"), 0, {}
+        for _ in range(repeats):
+            common.sync(device)
+            t0 = time.perf_counter()
+            stats = ppo_update(agent, optimizer, amp, buf, qs, adv, ret, settings, gen)
+            common.sync(device)
+            best = min(best, time.perf_counter() - t0)
+            samples = stats["samples"] * ppo_epochs
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else rss_bytes() - rss0
+        rows[name] = {"samples_per_s": samples / best, "seconds": best, "samples": samples,
+                      "peak_memory_bytes": int(peak), "dtype": str(amp.dtype) if amp.enabled else "float32",
+                      "approx_kl": stats["approx_kl"], "nonfinite_skipped": stats["nonfinite_skipped"]}
+        print(f"{name:9s} {rows[name]['samples_per_s']:10.1f} samples/s", flush=True)
+
+    amp_names = [n for n in rows if n != "fp32"]
+    best_amp = max(amp_names, key=lambda n: rows[n]["samples_per_s"])
+    payload = {
+        "benchmark": "ppo_update", "machine": common.machine(device),
+        "settings": {"config": args.config, "collection": ws.collection.name, "episodes": episodes,
+                     "transitions": int(buf.alive.sum()), "minibatch_size": tc.batch_size, "ppo_epochs": ppo_epochs,
+                     "hidden_dim": cfg.rl_agent.hidden_dim, "num_layers": cfg.rl_agent.num_layers,
+                     "max_candidates": qs.max_candidates, "repeats": repeats,
+                     "memory_measure": "cuda max_memory_allocated" if device.type == "cuda"
+                     else "ru_maxrss growth (high-water mark)", "quick": args.quick},
+        "samples_per_s": {"fp32": rows["fp32"]["samples_per_s"], "amp": rows[best_amp]["samples_per_s"]},
+        "amp_variant": best_amp,
+        "amp_speedup": rows[best_amp]["samples_per_s"] / rows["fp32"]["samples_per_s"],
+        "peak_memory_bytes": {n: r["peak_memory_bytes"] for n, r in rows.items()},
+        "variants": rows,
+    }
+    fig, ax = common.figure()
+    ax.bar(list(rows), [r["samples_per_s"] for r in rows.values()], color="tab:blue")
+    ax.set(ylabel="samples / s", title=f"PPO update — {ws.collection.name}, {device.type}, "
+           f"hidden {cfg.rl_agent.hidden_dim}")
+    payload["plot"] = common.save_plot(fig, args, "ppo_update")
+    common.write_json(args.json, payload)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Each benchmark script runs end to end with --quick and writes the JSON keys the README and the lead rely on.
+
+Speed is not asserted here (it lives in the scripts' output); what is asserted is that the figures exist, are
+positive, and that the search engines agree on the top-k.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / f"{script}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--quick", "--json", str(out),
+                           "--plot", str(tmp_path / f"{script}.png"), "--threads", "1", *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / f"{script}.png").stat().st_size > 0
+    payload = json.loads(out.read_text())
+    for key in ("machine", "settings"):
+        assert key in payload
+    assert payload["machine"]["cpu_count"] >= 1 and payload["machine"]["torch"]
+    return payload
+
+
+def test_rollout(tmp_path):
+    d = run("rollout", tmp_path)
+    assert d["sequential_episodes_per_s"] > 0
+    assert [r["B"] for r in d["batched"]] == [1, 8]
+    for r in d["batched"]:
+        assert r["episodes_per_s"] > 0
+        assert r["steps_per_s"] == pytest.approx(r["steps"] / r["seconds"])
+        assert r["speedup"] == pytest.approx(r["episodes_per_s"] / d["sequential_episodes_per_s"])
+        assert sum(r["breakdown"].values()) == pytest.approx(1.0)
+    assert "policy_forward" in d["breakdown"]["sequential"] and "search" in d["breakdown"]["sequential"]
+
+
+def test_search(tmp_path):
+    d = run("search", tmp_path)
+    q = d["queries_per_s"]
+    assert q["ours"] > 0 and q["rank_bm25"] > 0 and q["bm25s"] > 0
+    assert q["bm25s"] == q["bm25s_threads"]["single"]
+    # the three engines rank the same documents
+    assert d["topk_identical"] is True
+
+
+def test_ppo_update(tmp_path):
+    d = run("ppo_update", tmp_path)
+    assert d["samples_per_s"]["fp32"] > 0 and d["samples_per_s"]["amp"] > 0
+    assert d["settings"]["transitions"] > 0
+
+
+def test_memory(tmp_path):
+    d = run("memory", tmp_path, "--config", "scifact")
+    # 50,000 transitions × 50 candidates × 500 fp32 ≈ 5 GB for the copying buffer; ours stores ids
+    assert d["embedding_copy_bytes"] == 50_000 * 50 * 500 * 4
+    assert 0 < d["buffer_bytes"] < d["embedding_copy_bytes"] / 100
