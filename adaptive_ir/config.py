@@ -147,8 +147,9 @@ class AgentConfig:
     """Width of the policy's transformer layers; must be divisible by num_heads."""
     num_heads: Count = 4
     """Attention heads per layer."""
-    num_layers: Count = 1
-    """Transformer layers over [query; candidates]."""
+    num_layers: NonNegInt = 0
+    """Transformer layers over [query; candidates]; 0 scores each candidate independently given the query
+    context (cheapest; the shipped configs' choice)."""
     dropout: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
     """Dropout in training updates (always off during rollouts)."""
     max_steps_per_episode: Count = 5
@@ -222,6 +223,9 @@ class RetrievalConfig:
     """Cutoff of the reward metric (Recall@k, RR@k)."""
     expansion_weight: PosFloat = 1.0
     """Weight of each added term in the rewritten query's BM25 score; the original terms weigh 1."""
+    expansion_weighting: Literal["uniform", "score"] = "uniform"
+    """uniform: every added term weighs expansion_weight; score: expansion_weight × the term's mean normalised
+    miner score (in (0, 1]), so strong feedback terms weigh more, as in RM3."""
 
 
 @dataclass

@@ -40,11 +40,13 @@ class QuerySet:
     """(Q, R) indices of relevant documents (grade ≥ 1), -1 padded; empty for unjudged queries."""
     n_rel: torch.Tensor
     """(Q,) number of relevant documents (float)."""
+    cand_weight: torch.Tensor
+    """(Q, M) weight multiplier of each candidate once added to the query (1 = uniform)."""
 
     @classmethod
     def build(cls, qids: list[str], query_terms: list[list[int]], cands: CandidateSet, term_rows: np.ndarray,
               q_rows: np.ndarray, qrels: dict[str, dict[str, int]] | None, doc_index: dict[str, int],
-              pad_id: int, device: str | torch.device) -> "QuerySet":
+              pad_id: int, device: str | torch.device, cand_weight: np.ndarray | None = None) -> "QuerySet":
         """``term_rows[i, j]`` is the embedding row of candidate j of query i (already computed)."""
         q = len(qids)
         width = max(1, max((len(t) for t in query_terms), default=1))
@@ -61,7 +63,9 @@ class QuerySet:
         return cls(qids=list(qids), terms=t(terms), cand_terms=t(np.where(valid, cands.terms, pad_id)),
                    cand_valid=t(valid), cand_rows=t(term_rows, torch.long),
                    cand_feats=t(cands.features, torch.float32), q_rows=t(q_rows, torch.long),
-                   rel_docs=t(rel_docs), n_rel=t([float(len(r)) for r in rel], torch.float32))
+                   rel_docs=t(rel_docs), n_rel=t([float(len(r)) for r in rel], torch.float32),
+                   cand_weight=t(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
+                                 torch.float32))
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -85,6 +89,18 @@ def reward_metric(top_docs: torch.Tensor, rel_docs: torch.Tensor, n_rel: torch.T
         rank = torch.arange(1, top_docs.shape[1] + 1, device=top_docs.device, dtype=torch.float32)
         out += weights["mrr"] * (hit / rank).max(1).values  # 1/rank of the first hit (0 if none)
     return out
+
+
+def search_reward(index: BM25Index, terms: torch.Tensor, weights: torch.Tensor, rel_docs: torch.Tensor,
+                  n_rel: torch.Tensor, mix: dict[str, float], k: int) -> torch.Tensor:
+    """Search a batch of queries and score each ranked list with ``reward_metric``.
+
+    A document that matches no query term was not retrieved: topk fills short lists with zero-score docs in
+    arbitrary order, which would credit (or take away) recall for no reason, so they are masked to -2 (which
+    matches neither a document nor the -1 padding of rel_docs).
+    """
+    scores, top = index.search(terms, weights, k=k)
+    return reward_metric(top.masked_fill(scores <= 0, -2), rel_docs, n_rel, mix)
 
 
 class ReformulationEnv:
@@ -137,7 +153,8 @@ class ReformulationEnv:
         if rows.numel():
             slot = actions[rows]
             self.terms[rows, self.qs.terms.shape[1] + self.t] = self.qs.cand_terms[self.qidx[rows], slot]
-            self.weights[rows, self.qs.terms.shape[1] + self.t] = self.expansion_weight
+            self.weights[rows, self.qs.terms.shape[1] + self.t] = (self.expansion_weight
+                                                                   * self.qs.cand_weight[self.qidx[rows], slot])
             self.chosen[rows, slot] = True
             new = self._metrics(rows)
             reward[rows] = new - self.metric[rows]
@@ -177,13 +194,9 @@ class ReformulationEnv:
             r = rows[miss]
             self.searches += 1
             self.cache_misses += int(miss.numel())
-            scores, top = self.index.search(self.terms[r], self.weights[r], k=self.reward_k)
-            # a document that matches no query term was not retrieved: topk fills short lists with zero-score
-            # docs in arbitrary order, which would credit (or take away) recall for no reason (-2 matches
-            # neither a document nor the -1 padding of rel_docs)
-            top = top.masked_fill(scores <= 0, -2)
             q = self.qidx[r]
-            values = reward_metric(top, self.qs.rel_docs[q], self.qs.n_rel[q], self.reward_weights)
+            values = search_reward(self.index, self.terms[r], self.weights[r], self.qs.rel_docs[q],
+                                   self.qs.n_rel[q], self.reward_weights, self.reward_k)
             out[miss] = values
             if keys is not None:
                 for i, v in zip(miss.tolist(), values.tolist()):

@@ -8,6 +8,7 @@ whatever device the index tensors live on, so the same code serves the CPU and t
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import bm25s
@@ -58,9 +59,12 @@ class BM25Index:
         self.vocab_size = len(indptr) - 1
         # the padding term: one more column with no postings
         indptr = np.concatenate([np.asarray(indptr), np.asarray(indptr)[-1:]])
-        self.data = torch.as_tensor(np.asarray(data, np.float32))
-        self.indices = torch.as_tensor(np.asarray(indices, np.int64))
-        self.indptr = torch.as_tensor(np.asarray(indptr, np.int64))
+        with warnings.catch_warnings():
+            # memory-mapped arrays are read-only; the index never writes to its tensors
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.data = torch.as_tensor(np.asarray(data, np.float32))
+            self.indices = torch.as_tensor(np.asarray(indices, np.int64))
+            self.indptr = torch.as_tensor(np.asarray(indptr, np.int64))
 
     @property
     def pad_id(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .env import QuerySet, reward_metric
+from .env import QuerySet, search_reward
 from .evaluate import Run, to_run
 from .index import BM25Index
 
@@ -28,8 +28,7 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
         terms[:, :l0] = qs.terms[q]
         wts = torch.zeros(terms.shape, device=q.device)
         wts[:, :l0] = 1.0
-        _, top = index.search(terms, wts, k=reward_k)
-        best = reward_metric(top, qs.rel_docs[q], qs.n_rel[q], weights)
+        best = search_reward(index, terms, wts, qs.rel_docs[q], qs.n_rel[q], weights, reward_k)
         legal = qs.cand_valid[q].clone()
         live = torch.ones(b, dtype=torch.bool, device=q.device)
         for t in range(max_steps):
@@ -37,16 +36,15 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
             trial = terms.repeat_interleave(m, 0)
             trial_w = wts.repeat_interleave(m, 0)
             trial[:, l0 + t] = qs.cand_terms[q].reshape(-1)
-            trial_w[:, l0 + t] = expansion_weight
-            _, top = index.search(trial, trial_w, k=reward_k)
+            trial_w[:, l0 + t] = expansion_weight * qs.cand_weight[q].reshape(-1)
             qq = q.repeat_interleave(m)
-            score = reward_metric(top, qs.rel_docs[qq], qs.n_rel[qq], weights).view(b, m)
+            score = search_reward(index, trial, trial_w, qs.rel_docs[qq], qs.n_rel[qq], weights, reward_k).view(b, m)
             score = score.masked_fill(~legal, -1.0)
             gain, slot = score.max(1)
             take = live & (gain > best + 1e-9)
             rows = take.nonzero().squeeze(1)
             terms[rows, l0 + t] = qs.cand_terms[q[rows], slot[rows]]
-            wts[rows, l0 + t] = expansion_weight
+            wts[rows, l0 + t] = expansion_weight * qs.cand_weight[q[rows], slot[rows]]
             legal[rows, slot[rows]] = False
             best = torch.where(take, gain, best)
             live = take

@@ -2,19 +2,24 @@
 
 Inputs per episode: the embedding of q0, of the current query (q0 plus the chosen terms), and for each of the M
 candidates its embedding and features (miner scores, already-chosen flag, step fraction). Candidates are
-projected to ``hidden_dim``, conditioned on the query context, mixed by a transformer encoder over the candidate
-set (no positions: the set is unordered), and scored; STOP and the value come from the context token.
+projected to ``hidden_dim``, conditioned on the query context, optionally mixed by a transformer encoder over
+the candidate set (``num_layers`` > 0; no positions: the set is unordered), and scored by a small MLP; STOP and
+the value come from the context token. ``num_layers: 0`` (the shipped configs) scores candidates independently
+given the context: measured 8-20x cheaper per forward on the CPU than one 128-wide layer (benchmarks/), and the
+chosen terms still reach every candidate through the current-query embedding and the similarity features.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from .env import QuerySet
 
-EXTRA_FEATURES = 2
-"""Features the agent adds to the miner's: chosen flag and step fraction."""
+EXTRA_FEATURES = 4
+"""Features the agent adds to the miner's: chosen flag, step fraction, cosine to q0 and to the current query."""
 
 
 class ActorCritic(nn.Module):
@@ -31,9 +36,18 @@ class ActorCritic(nn.Module):
             layer = nn.TransformerEncoderLayer(hidden_dim, num_heads, dim_feedforward=2 * hidden_dim,
                                                dropout=dropout, batch_first=True, norm_first=True)
             self.mixer = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
-        self.cand_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
+        self.cand_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, hidden_dim), nn.GELU(),
+                                       nn.Linear(hidden_dim, 1))
         self.stop_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
         self.value_head = nn.Sequential(nn.Linear(2 * hidden_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, 1))
+        self.stop_bias = nn.Parameter(torch.zeros(()))
+
+    def init_stop_prior(self, num_candidates: int) -> None:
+        """Start with P(STOP) ≈ 1/2 at every step: the untrained agent mostly keeps the original query (do no
+        harm), and learns to add the terms that pay. With a uniform start STOP has 1/(M+1) probability, and on
+        collections where BM25 is already strong (SciFact) PPO was measured never to learn to stop."""
+        with torch.no_grad():
+            self.stop_bias.fill_(math.log(num_candidates))
 
     def forward(self, q0: torch.Tensor, cur: torch.Tensor, step: torch.Tensor, cand: torch.Tensor,
                 feats: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,7 +60,7 @@ class ActorCritic(nn.Module):
             # chosen/padded candidates are not attended to; the context token always is, so no row is empty
             seq = self.mixer(seq, src_key_padding_mask=pad)
             ctx, tok = seq[:, 0], seq[:, 1:]
-        logits = torch.cat([self.cand_head(tok).squeeze(-1), self.stop_head(ctx)], dim=1).float()
+        logits = torch.cat([self.cand_head(tok).squeeze(-1), self.stop_head(ctx) + self.stop_bias], dim=1).float()
         logits = logits.masked_fill(~legal, torch.finfo(logits.dtype).min)
         live = legal[:, :-1, None].to(tok.dtype)
         pooled = (tok * live).sum(1) / live.sum(1).clamp(min=1)
@@ -87,6 +101,10 @@ class Agent(nn.Module):
         cur = q0 + (chosen.unsqueeze(1).to(cand.dtype) @ cand).squeeze(1)
         cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
         frac = step.to(cand.dtype) / self.max_steps
+        # query-candidate similarities as explicit features: cheap, and they spare the small scorer from
+        # having to learn a bilinear interaction
+        sim_q0 = (cand @ q0.unsqueeze(-1))
+        sim_cur = (cand @ cur.unsqueeze(-1))
         feats = torch.cat([qs.cand_feats[qidx], chosen.unsqueeze(-1).to(cand.dtype),
-                           frac[:, None, None].expand(-1, chosen.shape[1], 1)], dim=-1)
+                           frac[:, None, None].expand(-1, chosen.shape[1], 1), sim_q0, sim_cur], dim=-1)
         return self._runner(q0, cur, frac, cand, feats, legal)

@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+import ir_measures
 import torch
 from torch import nn
 from tqdm.auto import tqdm
@@ -17,7 +18,7 @@ from tqdm.auto import tqdm
 from .buffer import RolloutBuffer, compute_gae
 from .config import Config, config_from_dict, config_to_dict, resolve_device
 from .errors import AdaptiveIRError, CheckpointError
-from .evaluate import METRIC_NAMES, bm25_run, evaluate_run, format_table, rm3_run, write_trec_run
+from .evaluate import MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, rm3_run, write_trec_run
 from .io import atomic_write_bytes, atomic_write_json, sha256
 from .monitor import Monitor
 from .oracle import oracle_run
@@ -86,8 +87,10 @@ class EpochSampler:
 
 def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
     a = cfg.rl_agent
-    return Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
-                 a.num_layers, a.dropout).to(device)
+    agent = Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
+                  a.num_layers, a.dropout)
+    agent.core.init_stop_prior(cfg.candidate_mining.max_candidates)
+    return agent.to(device)
 
 
 def selection_metric(cfg: Config) -> dict[str, float]:
@@ -280,7 +283,9 @@ class Trainer:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
         _, _, qrels = self.ws.collection.split("dev")
         run, _ = agent_run(self.cfg, self.ws, self.agent, self.amp, self.dev_qs, self.dev_tables)
-        metrics = evaluate_run(qrels, run)
+        wanted = selection_metric(self.cfg)
+        metrics = evaluate_run(qrels, run, MEASURES + [ir_measures.parse_measure(m) for m in wanted
+                                                       if m not in METRIC_NAMES])
         score = sum(w * metrics[m] for m, w in selection_metric(self.cfg).items())
         monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score})
         if score > self.best + 1e-9:

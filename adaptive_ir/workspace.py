@@ -91,8 +91,11 @@ class Workspace:
             t_emb = self.emb_cache.encode(self.embedder, term_texts)
         log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
         t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
+        weight = None
+        if self.cfg.retrieval.expansion_weighting == "score":
+            weight = cands.features[:, :, cands.feature_names.index("mean_score")]
         qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels, self.doc_index,
-                            self.retriever.index.pad_id, self.device)
+                            self.retriever.index.pad_id, self.device, cand_weight=weight)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
         return qs, tables

@@ -94,7 +94,8 @@ def test_rollout_update_and_eval_forwards_run_through_the_wrapper(tmp_path, monk
     monkeypatch.setattr(trainer_mod, "parallel_wrapper", wrap)
     # the trainer's telemetry reads a fake GPU, so the logged rows must carry its numbers
     monkeypatch.setattr(trainer_mod, "GPUTelemetry", lambda interval: GPUTelemetry(interval, [FakeDevice()]))
-    cfg = tiny_config(tmp_path, **{"training.eval_every": 1, "training.num_epochs": 2})
+    # minibatches smaller than one update's transitions (episodes are short under the STOP prior)
+    cfg = tiny_config(tmp_path, **{"training.eval_every": 1, "training.num_epochs": 2, "training.batch_size": 32})
     t = Trainer(cfg, progress=False, collection=default_collection())
     keys = list(t.agent.state_dict())
     assert t.agent._runner is wrappers[0] and not any("module" in k for k in keys)
