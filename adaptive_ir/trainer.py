@@ -286,7 +286,7 @@ class Trainer:
         wanted = selection_metric(self.cfg)
         metrics = evaluate_run(qrels, run, MEASURES + [ir_measures.parse_measure(m) for m in wanted
                                                        if m not in METRIC_NAMES])
-        score = sum(w * metrics[m] for m, w in selection_metric(self.cfg).items())
+        score = sum(w * metrics[m] for m, w in wanted.items())
         monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score})
         if score > self.best + 1e-9:
             self.best, self.best_update, self.bad_evals = score, self.update, 0
@@ -442,5 +442,5 @@ def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: s
     return cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype)
 
 
-__all__ = ["Trainer", "evaluate_split", "save_checkpoint", "load_checkpoint", "load_for_inference",
-           "AdaptiveIRError", "METRIC_NAMES"]
+__all__ = ["Trainer", "evaluate_split", "save_checkpoint", "load_checkpoint", "load_compatible",
+           "load_for_inference"]

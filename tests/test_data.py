@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adaptive_ir import data
 from adaptive_ir.data import (
     Collection,
     carve_dev,

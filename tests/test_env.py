@@ -144,7 +144,7 @@ def test_documents_matching_no_query_term_are_not_retrieved(world):
     env.reset(torch.arange(len(world.qids)))
     vocab = world.ref.vocab_dict
     expected = []
-    for i, (qid, text) in enumerate(zip(world.qids, world.texts)):
+    for qid, text in zip(world.qids, world.texts):
         words = [t for t in world.retriever.analyzer.tokenize(text) if t in vocab]
         matched = sum(world.ref.get_scores([t]) for t in words) > 0
         rel = [world.coll.doc_ids.index(d) for d, g in world.qrels[qid].items() if g >= 1]

@@ -9,7 +9,6 @@ import torch
 
 from adaptive_ir.cli import main
 from adaptive_ir.env import search_reward
-from adaptive_ir.evaluate import evaluate_run
 from adaptive_ir.oracle import oracle_rewrite
 from adaptive_ir.reformulate import Reformulator, agent_run, rrf
 from adaptive_ir.trainer import Trainer, evaluate_split
