@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .buffer import RolloutBuffer
@@ -19,7 +21,10 @@ def policy_step(agent: Agent, amp: AmpContext, qs: QuerySet, env: ReformulationE
         logits, values = agent(qs, env.qidx, env.chosen, step)
     logp_all = torch.log_softmax(logits.float(), dim=1)
     if generator is None:
-        actions = logp_all.argmax(1)
+        # greedy in two stages, STOP vs continue, then the best term: a plain argmax over M+1 actions stops
+        # whenever P(STOP) beats every single term, even when continuing is far more likely than stopping
+        stop = logp_all[:, -1] > math.log(0.5)
+        actions = torch.where(stop, logp_all.shape[1] - 1, logp_all[:, :-1].argmax(1))
     else:
         # sampled on the CPU generator so a seed gives the same actions on every device
         actions = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).squeeze(1).to(logits.device)
