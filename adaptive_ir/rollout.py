@@ -12,6 +12,14 @@ from .policy import Agent
 from .ppo import AmpContext
 
 
+def greedy_actions(logp: torch.Tensor) -> torch.Tensor:
+    """Deterministic actions from (B, M+1) log-probs (STOP last), in two stages: STOP when P(STOP) > ½, else the
+    most likely term. A plain argmax over M+1 actions stops whenever P(STOP) beats every single term, even when
+    continuing is far more likely than stopping."""
+    stop = logp[:, -1] > math.log(0.5)
+    return torch.where(stop, logp.shape[1] - 1, logp[:, :-1].argmax(1))
+
+
 @torch.no_grad()
 def policy_step(agent: Agent, amp: AmpContext, qs: QuerySet, env: ReformulationEnv,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -21,10 +29,7 @@ def policy_step(agent: Agent, amp: AmpContext, qs: QuerySet, env: ReformulationE
         logits, values = agent(qs, env.qidx, env.chosen, step)
     logp_all = torch.log_softmax(logits.float(), dim=1)
     if generator is None:
-        # greedy in two stages, STOP vs continue, then the best term: a plain argmax over M+1 actions stops
-        # whenever P(STOP) beats every single term, even when continuing is far more likely than stopping
-        stop = logp_all[:, -1] > math.log(0.5)
-        actions = torch.where(stop, logp_all.shape[1] - 1, logp_all[:, :-1].argmax(1))
+        actions = greedy_actions(logp_all)
     else:
         # sampled on the CPU generator so a seed gives the same actions on every device
         actions = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).squeeze(1).to(logits.device)

@@ -11,6 +11,7 @@ from adaptive_ir.cli import main
 from adaptive_ir.env import search_reward
 from adaptive_ir.oracle import oracle_rewrite
 from adaptive_ir.reformulate import Reformulator, agent_run, rrf
+from adaptive_ir.rollout import greedy_actions
 from adaptive_ir.trainer import Trainer, evaluate_split
 from adaptive_ir.workspace import Workspace
 
@@ -26,6 +27,14 @@ def test_rrf_matches_hand_computation():
     assert fused["d2"] == pytest.approx(1 / 62)
     assert list(fused) == ["d1", "d3", "d2"]  # best first
     assert list(rrf([a, b], k=60, depth=2)["q"]) == ["d1", "d3"]
+
+
+def test_greedy_decides_stop_versus_continue_first():
+    # P(STOP) = 0.3 is the largest single probability, but continuing (0.7) is likelier: take the best term
+    probs = torch.tensor([[0.25, 0.25, 0.2, 0.3],   # continue → term 0 (first of the tied best)
+                          [0.1, 0.3, 0.0, 0.6],     # P(STOP) > 1/2 → STOP (index M = 3)
+                          [0.0, 0.0, 0.0, 1.0]])    # nothing legal but STOP
+    assert greedy_actions(probs.log()).tolist() == [0, 3, 3]
 
 
 @pytest.fixture(scope="module")
