@@ -76,8 +76,6 @@ class SystemConfig:
     """Seed of every random generator (python, numpy, torch)."""
     num_workers: Count = 2
     """Threads for candidate mining."""
-    debug: bool = False
-    """Show full tracebacks instead of one-line error messages."""
 
 
 @dataclass
@@ -134,7 +132,7 @@ class CandidateConfig:
     cache_enabled: bool = True
     """Keep mined candidates in an on-disk cache reused across epochs and runs."""
     cache_size: Count = 10000
-    """Most mined queries kept in the cache (in memory and on disk); the oldest are evicted."""
+    """Accepted from the seed, unused (a warning says so): every query's candidates are cached on disk."""
 
 
 @dataclass
@@ -157,7 +155,7 @@ class AgentConfig:
     num_query_variants: Count = 1
     """Rewrites per query at evaluation; more than 1 samples that many and fuses their runs with RRF."""
     use_pretrained_embeddings: bool = True
-    """False: randomly initialised, trainable embedding tables instead of the embeddings section's model."""
+    """Must be true: the agent reads the embeddings section's precomputed tables (lsa needs no model)."""
     embedding_type: Literal["lsa", "sentence-transformers", "legacy"] | None = None
     """Alias of embeddings.type (the seed sets 'legacy'); they must agree when both are set."""
     # PPO duplicates from the seed; training.* wins (see the module docstring).
@@ -663,6 +661,9 @@ def _validate(cfg: Config, origins: _Origins) -> None:
         )
 
     agent = cfg.rl_agent
+    if not agent.use_pretrained_embeddings:
+        fail("rl_agent.use_pretrained_embeddings", "false is not supported: the agent reads precomputed embedding "
+             "tables of the embeddings section (lsa needs no model at all); set it to true")
     if not agent.enabled:
         fail("rl_agent.enabled", "false is not supported: the trainer trains this agent and reformulation "
              "runs it; set enabled: true")
@@ -688,6 +689,12 @@ def _warn_unused(cfg: Config, origins: _Origins) -> None:
             "%s: bert_reranker.enabled: the cross-encoder reranker is not available offline and is not part of "
             "this engine; ignored (set enabled: false to silence)",
             origins.line("bert_reranker.enabled"),
+        )
+    if "candidate_mining.cache_size" in origins.given:
+        log.warning(
+            "%s: candidate_mining.cache_size: not used — the candidates of every query are mined once and kept on "
+            "disk (one checksummed file per split), so no in-memory bound applies",
+            origins.line("candidate_mining.cache_size"),
         )
     if {"training.pin_memory", "training.prefetch_factor"} & origins.given.keys():
         log.warning(

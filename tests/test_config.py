@@ -172,7 +172,7 @@ def test_int_accepted_for_float_but_not_float_for_int(tmp_path):
     "training: {batch_size: true}",
     "system: {seed: false}",
     "retrieval: {bm25_k1: true}",
-    "system: {debug: 1}",
+    "system: {num_workers: true}",
     "candidate_mining: {methods: tfidf}",
     "data: {data_dir: 3}",
 ])
@@ -357,3 +357,13 @@ def test_resolve_device():
         resolve_device("gpu")
     pytest.importorskip("torch")
     assert resolve_device("auto") in {"cuda", "mps", "cpu"}
+
+
+def test_use_pretrained_embeddings_false_is_rejected_clearly(tmp_path):
+    message = error_of(write(tmp_path, "rl_agent: {use_pretrained_embeddings: false}\n"))
+    assert "rl_agent.use_pretrained_embeddings" in message and "set it to true" in message
+
+
+def test_seed_candidate_cache_size_is_reported_as_unused(caplog):
+    load_config("msa_optimized_gpu")
+    assert "candidate_mining.cache_size: not used" in caplog.text
