@@ -149,27 +149,33 @@ class EmbeddingCache:
         self.folder = None if folder is None else Path(folder) / f"embeddings-{fingerprint(identity)}"
         self.max_rows = max_rows
         self.hits = self.misses = 0
+        self._entry: tuple[list[str], np.ndarray | None] | None = None
+        """The entry as on disk, read once per instance (a workspace encodes queries and terms separately)."""
 
     def encode(self, embedder, texts: list[str]) -> np.ndarray:
         """Vectors for ``texts``: cached rows reused, the rest encoded in one batch and stored."""
-        known_texts, known = self._load()
+        known_texts, known = self._entry if self._entry is not None else self._load()
         row = {t: i for i, t in enumerate(known_texts)}
         missing = list(dict.fromkeys(t for t in texts if t not in row))
         self.hits += len(texts) - sum(1 for t in texts if t not in row)
         self.misses += len(missing)
         if missing:
             new = embedder.encode(missing)
+            row.update({t: len(known_texts) + i for i, t in enumerate(missing)})
             known_texts = known_texts + missing
             known = new if known is None else np.concatenate([known, new])
-            row.update({t: len(known_texts) - len(missing) + i for i, t in enumerate(missing)})
-            out = known[[row[t] for t in texts]] if texts else np.zeros((0, new.shape[1]), np.float32)
             self._store(known_texts, known)
-            return out
-        return known[[row[t] for t in texts]] if texts else np.zeros((0, embedder.dim), np.float32)
+        if not texts:
+            return np.zeros((0, embedder.dim), np.float32)
+        return known[[row[t] for t in texts]]
 
     def _load(self) -> tuple[list[str], np.ndarray | None]:
         if self.folder is None:
             return [], None
+        self._entry = self._read()
+        return self._entry
+
+    def _read(self) -> tuple[list[str], np.ndarray | None]:
         try:
             meta = json.loads((self.folder / "texts.json").read_text(encoding="utf-8"))
             data = (self.folder / "vectors.npy").read_bytes()
@@ -192,6 +198,7 @@ class EmbeddingCache:
             return
         if len(texts) > self.max_rows:
             texts, vecs = texts[-self.max_rows:], vecs[-self.max_rows:]
+        self._entry = (texts, vecs)
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(vecs), allow_pickle=False)
         data = buf.getvalue()

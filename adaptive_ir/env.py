@@ -108,13 +108,15 @@ class ReformulationEnv:
 
     def __init__(self, queries: QuerySet, index: BM25Index, max_steps: int = 5, reward_k: int = 40,
                  reward_weights: dict[str, float] | None = None, expansion_weight: float = 1.0,
-                 cache_size: int = 10_000):
+                 cache_size: int = 10_000, scored: bool = True):
         self.qs, self.index = queries, index
         self.max_steps, self.reward_k = max_steps, reward_k
         self.reward_weights = reward_weights or {"recall": 1.0}
         self.expansion_weight = expansion_weight
         self.cache: OrderedDict = OrderedDict()
         self.cache_size = cache_size
+        self.scored = scored
+        """False for inference rewrites: no reward, so no search per step (``metric`` stays 0)."""
         self.cache_hits = self.cache_misses = self.searches = 0
         self.M = queries.max_candidates
         device = queries.terms.device
@@ -137,7 +139,8 @@ class ReformulationEnv:
         self.chosen = torch.zeros((b, self.M), dtype=torch.bool, device=qidx.device)
         self.alive = torch.ones(b, dtype=torch.bool, device=qidx.device)
         self.t = 0
-        self.metric = self._metrics(torch.arange(b, device=qidx.device))
+        self.metric = (self._metrics(torch.arange(b, device=qidx.device)) if self.scored
+                       else torch.zeros(b, device=qidx.device))
 
     def legal(self) -> torch.Tensor:
         """(B, M+1) legal actions: unchosen valid candidates, and STOP (always legal)."""
@@ -156,9 +159,10 @@ class ReformulationEnv:
             self.weights[rows, self.qs.terms.shape[1] + self.t] = (self.expansion_weight
                                                                    * self.qs.cand_weight[self.qidx[rows], slot])
             self.chosen[rows, slot] = True
-            new = self._metrics(rows)
-            reward[rows] = new - self.metric[rows]
-            self.metric[rows] = new
+            if self.scored:
+                new = self._metrics(rows)
+                reward[rows] = new - self.metric[rows]
+                self.metric[rows] = new
         self.t += 1
         truncated = expand & (self.t >= self.max_steps)
         self.alive = expand & ~truncated

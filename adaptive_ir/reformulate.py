@@ -15,11 +15,11 @@ from .rollout import greedy_rewrite
 from .workspace import Tables, Workspace
 
 
-def make_env(cfg: Config, ws: Workspace, qs: QuerySet) -> ReformulationEnv:
+def make_env(cfg: Config, ws: Workspace, qs: QuerySet, scored: bool = True) -> ReformulationEnv:
     rc, tc = cfg.retrieval, cfg.training
     weights = tc.reward_weights or {rc.reward_metric: 1.0}
     return ReformulationEnv(qs, ws.retriever.index, cfg.rl_agent.max_steps_per_episode, rc.reward_k, weights,
-                            rc.expansion_weight, tc.search_cache_size)
+                            rc.expansion_weight, tc.search_cache_size, scored=scored)
 
 
 def rrf(runs: list[Run], k: int, depth: int) -> Run:
@@ -44,7 +44,7 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
     sampled ones (seeded, so still reproducible) are fused with reciprocal rank fusion.
     """
     agent.use_tables(tables)
-    env = make_env(cfg, ws, qs)
+    env = make_env(cfg, ws, qs, scored=False)  # the final rewrite is searched below; per-step rewards unused
     k = cfg.retrieval.top_k
     variants = cfg.rl_agent.num_query_variants
     gen = torch.Generator().manual_seed(seed)
@@ -83,7 +83,7 @@ class Reformulator:
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
         """For each query text: the rewritten query, the added terms and the top documents (id, score)."""
         qids = [f"q{i}" for i in range(len(queries))]
-        qs, tables = self.ws.query_set("adhoc", qids, queries, None)
+        qs, tables = self.ws.query_set("adhoc", qids, queries, None, cache_candidates=False)
         run, added = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables)
         out = []
         for qid, text, terms in zip(qids, queries, added):

@@ -68,16 +68,18 @@ class Workspace:
     def feature_dim(self) -> int:
         return len(self.miner.feature_names)
 
-    def candidates(self, name: str, query_terms: list[list[int]]) -> CandidateSet:
-        cache = self.cfg.cache_path_dir if self.cfg.candidate_mining.cache_enabled else None
+    def candidates(self, name: str, query_terms: list[list[int]], cache: bool = True) -> CandidateSet:
+        cache = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
         with self._phase(f"mine candidates ({name}, {len(query_terms)} queries)"):
             return mine_cached(self.miner, query_terms, cache, name)
 
-    def query_set(self, name: str, qids: list[str], texts: list[str],
-                  qrels: dict[str, dict[str, int]] | None) -> tuple[QuerySet, Tables]:
-        """Terms, candidates, embeddings and qrels of a list of queries, as device tensors."""
+    def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
+                  cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
+        """Terms, candidates, embeddings and qrels of a list of queries, as device tensors.
+
+        ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry per call would only pile up."""
         terms = self.retriever.encode(texts)
-        cands = self.candidates(name, terms)
+        cands = self.candidates(name, terms, cache=cache_candidates)
         vocab = self.retriever.vocab.terms
         uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
         has_pad = uniq.size and uniq[0] < 0

@@ -10,8 +10,8 @@ import torch
 from adaptive_ir.cli import main
 from adaptive_ir.env import search_reward
 from adaptive_ir.oracle import oracle_rewrite
-from adaptive_ir.reformulate import Reformulator, agent_run, rrf
-from adaptive_ir.rollout import greedy_actions
+from adaptive_ir.reformulate import Reformulator, agent_run, make_env, rrf
+from adaptive_ir.rollout import greedy_actions, greedy_rewrite
 from adaptive_ir.trainer import Trainer, evaluate_split
 from adaptive_ir.workspace import Workspace
 
@@ -62,6 +62,19 @@ def test_query_variants_are_fused_and_reproducible(trained):
     first = next(iter(fused1.values()))
     assert all(0 < s <= 3 / (cfg.rrf_fusion.k_constant + 1) + 1e-9 for s in first.values())
     assert len(added) == len(qids) and all(isinstance(t, list) for t in added)
+
+
+def test_unscored_rewrites_search_nothing_and_match_scored_ones(trained):
+    cfg, trainer = trained
+    qids, texts, qrels = trainer.ws.collection.split("dev")
+    qs, tables = trainer.ws.query_set("dev", qids, texts, qrels)
+    trainer.agent.use_tables(tables)
+    qidx = torch.arange(len(qs))
+    scored, unscored = make_env(cfg, trainer.ws, qs), make_env(cfg, trainer.ws, qs, scored=False)
+    terms, weights = greedy_rewrite(trainer.agent, trainer.amp, scored, qidx)
+    terms2, weights2 = greedy_rewrite(trainer.agent, trainer.amp, unscored, qidx)
+    assert torch.equal(terms, terms2) and torch.equal(weights, weights2)
+    assert scored.searches > 0 and unscored.searches == 0
 
 
 def test_reformulator_api_and_cli(trained, capsys):
