@@ -1,6 +1,7 @@
 """Candidate terms per query, mined once from its BM25 feedback documents and cached on disk.
 
-For each query, the top ``top_k0`` BM25 documents are the feedback set. Every word in them (minus stopwords and
+For each query, the top ``top_k0`` BM25 documents are the feedback set (or, with a ``SemanticFeedback``, the
+``top_k0`` of BM25's top documents closest in meaning to the query). Every word in them (minus stopwords and
 the query's own words) is scored by each configured method:
 
 * ``tfidf``         mean over feedback docs of tf(w,d)/|d|, times idf(w);
@@ -25,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+import Stemmer
 
-from .feedback import feedback_matrix, relevance_model
+from .feedback import SemanticFeedback, feedback_matrix, relevance_model
 from .index import idf_lucene
-from .io import fingerprint, load_arrays, save_arrays
+from .io import fingerprint, load_arrays, save_arrays, sha256
 from .retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -68,11 +70,13 @@ class CandidateMiner:
 
     def __init__(self, retriever: Retriever, methods=("tfidf", "bm25_contrib", "rm3"), top_k0: int = 50,
                  max_candidates: int = 50, min_candidates: int = 20, min_score: float = 0.1,
-                 top_k_per_method: int = 30, num_workers: int = 2, chunk_size: int = 256):
+                 top_k_per_method: int = 30, num_workers: int = 2, chunk_size: int = 256,
+                 stem_variants: bool = False, feedback: SemanticFeedback | None = None):
         unknown = set(methods) - set(METHODS)
         if unknown or not methods:
             raise ValueError(f"candidate methods must be a non-empty subset of {METHODS}, got {list(methods)}")
         self.r = retriever
+        self.feedback = feedback
         self.methods = tuple(methods)
         self.top_k0, self.max_candidates, self.min_candidates = top_k0, max_candidates, min_candidates
         self.min_score, self.top_k_per_method = min_score, top_k_per_method
@@ -85,19 +89,32 @@ class CandidateMiner:
         self.presence = corpus.doc_tf.copy()
         self.presence.data[:] = 1.0
         self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
+        self.variants = _stem_groups(corpus.vocab.terms) if stem_variants else None
+        if stem_variants:
+            self.feature_names.append("stem_variant")
 
     def config_key(self) -> dict:
         return {"methods": self.methods, "top_k0": self.top_k0, "max_candidates": self.max_candidates,
                 "min_candidates": self.min_candidates, "min_score": self.min_score,
-                "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta, "v": 1}
+                "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta,
+                "stem_variants": self.variants is not None,
+                "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth], "v": 1}
 
-    def mine(self, query_terms: list[list[int]]) -> CandidateSet:
-        """Candidate sets for every query (all queries' feedback docs come from one batched search)."""
+    def mine(self, query_terms: list[list[int]], query_vectors: np.ndarray | None = None) -> CandidateSet:
+        """Candidate sets for every query (all queries' feedback docs come from one batched search).
+
+        ``query_vectors`` (Q, D): the queries' sentence embeddings, needed with semantic feedback."""
         q = len(query_terms)
         terms = np.full((q, self.max_candidates), -1, dtype=np.int64)
         feats = np.zeros((q, self.max_candidates, len(self.feature_names)), dtype=np.float32)
         if q:
-            fb_scores, fb_idx = self.r.search(query_terms, k=self.top_k0)
+            if self.feedback is None:
+                fb_scores, fb_idx = self.r.search(query_terms, k=self.top_k0)
+            else:
+                if query_vectors is None or len(query_vectors) != q:
+                    raise ValueError("semantic feedback needs one query vector per query")
+                scores, idx = self.r.search(query_terms, k=max(self.feedback.depth, self.top_k0))
+                fb_scores, fb_idx = self.feedback.rerank(query_vectors, scores, idx, self.top_k0)
             chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
             with ThreadPoolExecutor(self.num_workers) as pool:
                 for lo, hi, t, f in pool.map(
@@ -130,20 +147,35 @@ class CandidateMiner:
         terms = np.full((n, self.max_candidates), -1, dtype=np.int64)
         feats = np.zeros((n, self.max_candidates, len(self.feature_names)), dtype=np.float32)
         for i, qt in enumerate(query_terms):
-            cols, table = self._select(i, set(qt), scores)
+            variants = self._variants(qt)
+            cols, table = self._select(i, set(qt), scores, variants)
             if not len(cols):
                 continue
             lo, hi = fb_frac.indptr[i], fb_frac.indptr[i + 1]
             frac = dict(zip(fb_frac.indices[lo:hi].tolist(), fb_frac.data[lo:hi].tolist()))
-            m = len(cols)
+            m, k = len(cols), table.shape[1]
             terms[i, :m] = cols
-            feats[i, :m, : table.shape[1]] = table
-            feats[i, :m, -2] = self.log_df[cols]
-            feats[i, :m, -1] = [frac.get(c, 0.0) for c in cols.tolist()]
+            feats[i, :m, :k] = table
+            feats[i, :m, k] = self.log_df[cols]
+            feats[i, :m, k + 1] = [frac.get(c, 0.0) for c in cols.tolist()]
+            if self.variants is not None:
+                feats[i, :m, k + 2] = [c in variants for c in cols.tolist()]
         return terms, feats
 
-    def _select(self, i: int, exclude: set[int], scores: dict[str, sp.csr_matrix]):
-        """Candidate ids of query row ``i`` and their (normalised method scores…, mean) table."""
+    def _variants(self, query_terms: list[int]) -> set[int]:
+        """Other words of the vocabulary with the stem of a query word (e.g. "flows" for "flow")."""
+        if self.variants is None:
+            return set()
+        out = set()
+        for t in query_terms:
+            out.update(self.variants.get(t, ()))
+        return out - set(query_terms)
+
+    def _select(self, i: int, exclude: set[int], scores: dict[str, sp.csr_matrix], variants: set[int]):
+        """Candidate ids of query row ``i`` and their (normalised method scores…, mean) table.
+
+        Stem variants of the query words are always candidates (ranked first): the index does not stem, so
+        they are the most direct fix of a vocabulary mismatch, and need not occur in the feedback docs."""
         per_method: dict[str, dict[int, float]] = {}
         pool: set[int] = set()
         for m in self.methods:
@@ -160,30 +192,41 @@ class CandidateMiner:
             per_method[m] = dict(zip(cols.tolist(), vals.tolist()))
             top = np.lexsort((cols, -vals))[: self.top_k_per_method]
             pool.update(cols[top].tolist())
+        pool |= variants
         if not pool:
             return np.zeros(0, dtype=np.int64), np.zeros((0, len(self.methods) + 1), dtype=np.float32)
         cand = np.array(sorted(pool), dtype=np.int64)
         table = np.array([[per_method[m].get(c, 0.0) for m in self.methods] for c in cand.tolist()],
                          dtype=np.float32)
         table = np.concatenate([table, table.mean(1, keepdims=True)], axis=1)
-        order = np.lexsort((cand, -table[:, -1]))
-        cand, table = cand[order], table[order]
+        is_variant = np.array([c in variants for c in cand.tolist()], dtype=bool)
+        order = np.lexsort((cand, -table[:, -1], ~is_variant))
+        cand, table, is_variant = cand[order], table[order], is_variant[order]
         # drop weak candidates, but never below min_candidates
-        strong = int((table[:, -1] >= self.min_score).sum())
+        strong = int(((table[:, -1] >= self.min_score) | is_variant).sum())
         keep = min(self.max_candidates, max(strong, min(self.min_candidates, len(cand))))
         return cand[:keep], table[:keep]
 
 
+def _stem_groups(terms: list[str]) -> dict[int, list[int]]:
+    """term id → ids of every term with the same Snowball (Porter 2) English stem, for stems shared by two or more."""
+    groups: dict[str, list[int]] = {}
+    for i, stem in enumerate(Stemmer.Stemmer("english").stemWords(terms)):
+        groups.setdefault(stem, []).append(i)
+    return {i: g for g in groups.values() if len(g) > 1 for i in g}
+
+
 def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: str | Path | None,
-                name: str) -> CandidateSet:
+                name: str, query_vectors: np.ndarray | None = None) -> CandidateSet:
     """Mine once; later runs (and epochs) load ``<cache_dir>/candidates-<name>-<key>/`` instead.
 
     The key covers the miner settings, the index parameters and the query terms, so any change re-mines.
     A damaged cache entry fails its checksum and is rebuilt.
     """
     if cache_dir is None:
-        return miner.mine(query_terms)
-    meta = {"key": fingerprint(miner.config_key(), query_terms), "name": name}
+        return miner.mine(query_terms, query_vectors)
+    vectors = None if query_vectors is None else sha256(np.ascontiguousarray(query_vectors).tobytes())
+    meta = {"key": fingerprint(miner.config_key(), query_terms, vectors), "name": name}
     folder = Path(cache_dir) / f"candidates-{name}-{meta['key']}"
     arrays = load_arrays(folder, meta)
     if arrays is not None:
@@ -191,6 +234,6 @@ def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: 
         return CandidateSet(arrays["terms"], arrays["features"], miner.feature_names)
     if folder.exists():
         log.warning("candidate cache %s is incomplete or damaged; mining again", folder)
-    cands = miner.mine(query_terms)
+    cands = miner.mine(query_terms, query_vectors)
     save_arrays(folder, {"terms": cands.terms, "features": cands.features}, meta)
     return cands

@@ -129,6 +129,15 @@ class CandidateConfig:
     """Term scorers whose rankings are merged into the candidate list."""
     top_k_per_method: Count = 30
     """Terms each method contributes before merging."""
+    feedback: Literal["bm25", "semantic"] = "bm25"
+    """Feedback documents: bm25 = BM25's top_k0; semantic = BM25's top rerank_depth re-ranked by the
+    sentence-transformers model at reranker_path (query–document cosine), top_k0 of them."""
+    rerank_depth: Count = 1000
+    """BM25 documents re-ranked for semantic feedback."""
+    reranker_path: str | None = None
+    """Sentence-transformers model folder for semantic feedback; null = the packaged all-MiniLM-L6-v2."""
+    stem_variants: bool = False
+    """Also offer every corpus word sharing a (Snowball) stem with a query word, flagged by a feature."""
     cache_enabled: bool = True
     """Keep mined candidates in an on-disk cache reused across epochs and runs."""
     cache_size: Count = 10000

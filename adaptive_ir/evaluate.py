@@ -8,7 +8,7 @@ import ir_measures
 import numpy as np
 from ir_measures import AP, RR, R, nDCG
 
-from .feedback import relevance_model, rm3_queries
+from .feedback import SemanticFeedback, relevance_model, rm3_queries
 from .io import atomic_write_bytes
 from .retrieval import Retriever
 
@@ -53,10 +53,18 @@ def bm25_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 1
 
 
 def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100, fb_docs: int = 10,
-            fb_terms: int = 10, orig_weight: float = 0.5) -> Run:
-    """BM25 + RM3 (Anserini's Rm3Reranker recipe; defaults 10 docs, 10 terms, original weight 0.5)."""
+            fb_terms: int = 10, orig_weight: float = 0.5, feedback: SemanticFeedback | None = None,
+            query_vectors: np.ndarray | None = None) -> Run:
+    """BM25 + RM3 (Anserini's Rm3Reranker recipe; defaults 10 docs, 10 terms, original weight 0.5).
+
+    With ``feedback`` the feedback documents are the agent's semantic ones (equal weights): the fixed-rule
+    baseline that shows what the learned term choice adds over better feedback documents alone."""
     terms = retriever.encode(texts)
-    fb_scores, fb_idx = retriever.search(terms, k=fb_docs)
+    if feedback is None:
+        fb_scores, fb_idx = retriever.search(terms, k=fb_docs)
+    else:
+        scores, idx = retriever.search(terms, k=max(feedback.depth, fb_docs))
+        fb_scores, fb_idx = feedback.rerank(query_vectors, scores, idx, fb_docs)
     rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
     exp_terms, exp_weights = rm3_queries(terms, rm1, fb_terms, orig_weight)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)

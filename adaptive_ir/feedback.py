@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from .text import CorpusTerms
 
@@ -53,3 +54,36 @@ def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int 
         out_terms.append(list(weights))
         out_weights.append(list(weights.values()))
     return out_terms, out_weights
+
+
+class SemanticFeedback:
+    """Feedback documents chosen by meaning: BM25's top ``depth`` documents re-ranked by the cosine between the
+    query's and each document's sentence embedding (e.g. all-MiniLM-L6-v2), the best ``k`` kept.
+
+    Still "the documents BM25 first retrieves" (only documents sharing a word with the query are eligible), but
+    ordered by a model that also reads what the words mean: on the train and dev splits of SciFact, Cranfield
+    and CISI, RM3 over these 5 documents beat RM3 over BM25's top 5 (docs/effectiveness.md).
+    """
+
+    def __init__(self, doc_vectors: np.ndarray, depth: int, identity: dict):
+        self.doc_vectors = torch.as_tensor(doc_vectors, dtype=torch.float32)
+        self.depth = depth
+        self.identity = identity
+
+    def rerank(self, query_vectors: np.ndarray, bm25_scores: np.ndarray, bm25_idx: np.ndarray, k: int,
+               chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """(weights, doc indices), both (Q, k): the k most similar of each query's BM25 documents, weight 1
+        (0 for padding where BM25 matched fewer than k documents)."""
+        k = min(k, bm25_idx.shape[1])
+        out_w = np.zeros((len(bm25_idx), k), np.float32)
+        out_i = np.zeros((len(bm25_idx), k), np.int64)
+        for lo in range(0, len(bm25_idx), chunk):
+            idx = torch.as_tensor(bm25_idx[lo:lo + chunk])
+            q = torch.as_tensor(query_vectors[lo:lo + chunk], dtype=torch.float32)
+            sim = torch.einsum("qd,qkd->qk", q, self.doc_vectors[idx])
+            # documents that match no query word are topk's filler, not BM25 results
+            sim = sim.masked_fill(torch.as_tensor(bm25_scores[lo:lo + chunk]) <= 0, -torch.inf)
+            best, pos = torch.topk(sim, k, dim=1)
+            out_i[lo:lo + chunk] = torch.gather(idx, 1, pos).numpy()
+            out_w[lo:lo + chunk] = torch.isfinite(best).numpy()
+        return out_w, out_i

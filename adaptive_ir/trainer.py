@@ -359,13 +359,18 @@ class Trainer:
 def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpContext | None, split: str,
                    baselines: bool = True, run_dir: Path | None = None, oracle: bool = False
                    ) -> dict[str, dict[str, float]]:
-    """{method: {metric: value}} for the agent (when given), the BM25 / RM3 baselines and the qrels oracle."""
+    """{method: {metric: value}} for the agent (when given), the BM25 / RM3 baselines (and RM3 over the semantic
+    feedback documents when the candidates come from them) and the qrels oracle."""
     ws.load_split(split)
     qids, texts, qrels = ws.collection.split(split)
     runs = {}
     if baselines:
         runs["bm25"] = bm25_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
         runs["rm3"] = rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
+        if ws.feedback is not None:
+            runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k,
+                                           fb_docs=cfg.candidate_mining.top_k0, feedback=ws.feedback,
+                                           query_vectors=ws.feedback_vectors(texts))
     if agent is not None:
         qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
         runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)

@@ -17,8 +17,10 @@ from tqdm.auto import tqdm
 from .candidates import CandidateMiner, CandidateSet, mine_cached
 from .config import Config
 from .data import Collection, load_collection
-from .embeddings import EmbeddingCache, make_embedder
+from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, make_embedder
 from .env import QuerySet
+from .feedback import SemanticFeedback
+from .io import fingerprint, load_arrays, save_arrays, sha256
 from .retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,6 @@ class Workspace:
         with self._phase("index"):
             self.retriever = Retriever.build(self.collection, rc.bm25_k1, rc.bm25_b, rc.idf, device=device)
         self.doc_index = {d: i for i, d in enumerate(self.collection.doc_ids)}
-        self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
-                                    cm.min_score, cm.top_k_per_method, cfg.system.num_workers)
         with self._phase("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
@@ -60,6 +60,31 @@ class Workspace:
                                           ec.batch_size, "cuda" if device.type == "cuda" else "cpu")
             self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity,
                                             cfg.training.embedding_cache_size)
+        self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
+        self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
+                                    cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
+                                    stem_variants=cm.stem_variants, feedback=self.feedback)
+
+    def _semantic_feedback(self) -> SemanticFeedback:
+        """The re-ranking model and every document's vector (encoded once, cached as a checksummed .npz)."""
+        cm, ec = self.cfg.candidate_mining, self.cfg.embeddings
+        if ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
+            self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
+        else:
+            with self._phase("feedback re-ranking model"):
+                self.fb_embedder = SentenceTransformerEmbedder(
+                    cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu")
+            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity,
+                                           self.cfg.training.embedding_cache_size)
+        texts = self.collection.doc_texts()
+        meta = {"model": self.fb_embedder.identity, "corpus": sha256("\x00".join(texts).encode("utf-8"))}
+        folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
+        arrays = load_arrays(folder, meta)
+        if arrays is None:
+            with self._phase(f"embed {len(texts)} documents for semantic feedback"):
+                arrays = {"vectors": self.fb_embedder.encode(texts)}
+            save_arrays(folder, arrays, meta)
+        return SemanticFeedback(arrays["vectors"], cm.rerank_depth, self.fb_embedder.identity)
 
     def _phase(self, name: str):
         return _Phase(name, self.progress)
@@ -68,10 +93,16 @@ class Workspace:
     def feature_dim(self) -> int:
         return len(self.miner.feature_names)
 
-    def candidates(self, name: str, query_terms: list[list[int]], cache: bool = True) -> CandidateSet:
+    def feedback_vectors(self, texts: list[str]) -> np.ndarray:
+        """Query vectors of the semantic-feedback model (cached)."""
+        return self.fb_cache.encode(self.fb_embedder, list(texts))
+
+    def candidates(self, name: str, texts: list[str], query_terms: list[list[int]],
+                   cache: bool = True) -> CandidateSet:
+        vectors = None if self.feedback is None else self.feedback_vectors(texts)
         cache = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
         with self._phase(f"mine candidates ({name}, {len(query_terms)} queries)"):
-            return mine_cached(self.miner, query_terms, cache, name)
+            return mine_cached(self.miner, query_terms, cache, name, vectors)
 
     def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
                   cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
@@ -79,7 +110,7 @@ class Workspace:
 
         ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry per call would only pile up."""
         terms = self.retriever.encode(texts)
-        cands = self.candidates(name, terms, cache=cache_candidates)
+        cands = self.candidates(name, texts, terms, cache=cache_candidates)
         vocab = self.retriever.vocab.terms
         uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
         has_pad = uniq.size and uniq[0] < 0

@@ -76,15 +76,15 @@ def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch
     calls = []
     real_mine = miner.mine
 
-    def counting(q):
+    def counting(q, vectors=None):
         calls.append(len(q))
-        return real_mine(q)
+        return real_mine(q, vectors)
 
     monkeypatch.setattr(miner, "mine", counting)
     first = mine_cached(miner, terms, tmp_path, "train")
     assert calls == [10]
 
-    def fail(q):
+    def fail(q, vectors=None):
         raise AssertionError("mined again although the cache holds these queries")
 
     monkeypatch.setattr(miner, "mine", fail)
@@ -186,3 +186,140 @@ def test_legacy_word2vec_pickle(tmp_path):
     np.testing.assert_allclose(vecs[1], [0.0, 0.0, 1.0])
     assert not vecs[2].any()  # OOV text → the zero vector
     np.testing.assert_allclose(vecs[3], [1.0, 0.0, 0.0])
+
+
+VARIANT_DOCS = [
+    "boundary layer flow over a flat plate",
+    "flows in turbulent boundary layers",
+    "heat transfer to a flowing gas near the plate",
+    "the pressure flowed back upstream",  # a variant of "flow", but no "flow": not a feedback document
+    "cats and dogs",
+]
+
+
+def _retriever(texts):
+    from adaptive_ir.data import Collection
+    from adaptive_ir.retrieval import Retriever
+
+    coll = Collection("variants", [f"d{i}" for i in range(len(texts))], [""] * len(texts), texts, {}, {})
+    return Retriever.build(coll)
+
+
+def test_stem_variants_are_offered_first_and_flagged():
+    from adaptive_ir.candidates import CandidateMiner
+
+    r = _retriever(VARIANT_DOCS)
+    miner = CandidateMiner(r, top_k0=3, max_candidates=10, min_candidates=1, min_score=0.0, num_workers=1,
+                           stem_variants=True)
+    assert miner.feature_names[-1] == "stem_variant"
+    q = r.encode(["flow"])
+    cands = miner.mine(q)
+    words = [r.vocab.terms[t] for t in cands.terms[0] if t >= 0]
+    flag = cands.features[0, : len(words), -1]
+    variants = {"flows", "flowing", "flowed"}
+    # every variant in the corpus is a candidate, ranked before the feedback terms, flagged 1 (others 0);
+    # "flowed" occurs in no feedback document and is offered all the same
+    assert set(words[:3]) == variants
+    assert (flag[:3] == 1).all() and (flag[3:] == 0).all()
+    assert "flow" not in words and "layer" in words
+    plain = CandidateMiner(r, top_k0=3, max_candidates=10, min_candidates=1, min_score=0.0, num_workers=1)
+    plain_words = {r.vocab.terms[t] for t in plain.mine(q).terms[0] if t >= 0}
+    assert "flowed" not in plain_words and "stem_variant" not in plain.feature_names
+    assert plain.config_key() != miner.config_key()  # different candidates, different cache entries
+
+
+def test_semantic_feedback_reranks_bm25_documents():
+    from adaptive_ir.feedback import SemanticFeedback
+
+    docs = np.eye(5, dtype=np.float32)
+    fb = SemanticFeedback(docs, depth=4, identity={"model": "eye"})
+    query = np.array([[0.1, 0.6, 0.0, 0.8, 0.9]], np.float32)
+    # BM25 found docs 0, 1 and 3 (doc 2 is topk filler with score 0); doc 4 is the most similar but BM25 did
+    # not retrieve it within the depth, so it is not eligible
+    scores = np.array([[3.0, 2.0, 1.0, 0.0]], np.float32)
+    idx = np.array([[0, 1, 3, 2]])
+    w, i = fb.rerank(query, scores, idx, k=2)
+    assert i.tolist() == [[3, 1]] and w.tolist() == [[1.0, 1.0]]
+    w, i = fb.rerank(query, scores, idx, k=4)
+    assert i[0, :3].tolist() == [3, 1, 0] and w.tolist() == [[1.0, 1.0, 1.0, 0.0]]  # the filler weighs 0
+
+
+def test_miner_with_semantic_feedback_mines_the_reranked_documents():
+    from adaptive_ir.candidates import CandidateMiner
+    from adaptive_ir.feedback import SemanticFeedback
+
+    r = _retriever(VARIANT_DOCS)
+    # document vectors: one axis per document, so the query vector picks the feedback document directly
+    fb = SemanticFeedback(np.eye(len(VARIANT_DOCS), dtype=np.float32), depth=10, identity={"model": "eye"})
+    miner = CandidateMiner(r, top_k0=1, max_candidates=10, min_candidates=1, min_score=0.0, num_workers=1,
+                           feedback=fb)
+    q = r.encode(["boundary flow"])
+    words = lambda c: {r.vocab.terms[t] for t in c.terms[0] if t >= 0}  # noqa: E731
+    # BM25 ranks doc 0 first (both words); the query vector points at doc 1, also a BM25 match
+    assert words(miner.mine(q, np.eye(len(VARIANT_DOCS), dtype=np.float32)[[1]])) == {
+        "flows", "turbulent", "layers"}
+    assert "flat" in words(miner.mine(q, np.eye(len(VARIANT_DOCS), dtype=np.float32)[[0]]))
+    # doc 4 shares no word with the query: never a feedback document, however similar
+    assert not {"cats", "dogs"} & words(miner.mine(q, np.eye(len(VARIANT_DOCS), dtype=np.float32)[[4]]))
+    with pytest.raises(ValueError, match="query vector"):
+        miner.mine(q)
+    assert miner.config_key()["feedback"] == [{"model": "eye"}, 10]
+
+
+class HashingModel:
+    """A stand-in for a sentence-transformers model: a seeded random vector per word, averaged (no model files)."""
+
+    instances: list["HashingModel"] = []
+
+    def __init__(self, path=None, batch_size=256, device="cpu"):
+        self.identity, self.dim, self.calls = {"provider": "hashing", "path": path}, 8, []
+        HashingModel.instances.append(self)
+
+    def encode(self, texts):
+        self.calls.append(len(texts))
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i] += np.random.default_rng(abs(hash(w)) % 2**32).standard_normal(self.dim)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
+
+
+def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatch):
+    from adaptive_ir import workspace as wsmod
+    from adaptive_ir.config import load_config
+
+    monkeypatch.setattr(wsmod, "SentenceTransformerEmbedder", HashingModel)
+    HashingModel.instances.clear()
+    over = {"training.output_dir": str(tmp_path), "candidate_mining.feedback": "semantic",
+            "candidate_mining.rerank_depth": "50", "candidate_mining.top_k0": "5"}
+    ws = wsmod.Workspace(load_config("quickstart", over), torch.device("cpu"), progress=False)
+    model = HashingModel.instances[-1]
+    assert model.calls == [len(ws.collection.doc_ids)]  # every document, once
+    qids, texts, qrels = ws.collection.split("dev")
+    qs, _ = ws.query_set("dev", qids[:10], texts[:10], qrels)
+    assert model.calls[1:] == [10] and qs.cand_valid.any()
+    bm25 = wsmod.Workspace(load_config("quickstart", {**over, "candidate_mining.feedback": "bm25"}),
+                           torch.device("cpu"), progress=False)
+    assert not torch.equal(bm25.query_set("dev", qids[:10], texts[:10], qrels)[0].cand_terms, qs.cand_terms)
+
+    again = wsmod.Workspace(load_config("quickstart", over), torch.device("cpu"), progress=False)
+    assert HashingModel.instances[-1].calls == []  # document vectors and query vectors came from the caches
+    assert torch.equal(again.query_set("dev", qids[:10], texts[:10], qrels)[0].cand_terms, qs.cand_terms)
+    assert HashingModel.instances[-1].calls == []
+
+
+def test_rm3_over_semantic_feedback_uses_the_reranked_documents():
+    from adaptive_ir.evaluate import rm3_run, to_run
+    from adaptive_ir.feedback import SemanticFeedback, relevance_model, rm3_queries
+
+    r = _retriever(VARIANT_DOCS)
+    eye = np.eye(len(VARIANT_DOCS), dtype=np.float32)
+    fb = SemanticFeedback(eye, depth=10, identity={"model": "eye"})
+    texts = ["boundary flow"]
+    got = rm3_run(r, ["q"], texts, k=5, fb_docs=1, fb_terms=3, feedback=fb, query_vectors=eye[[1]])
+    # by hand: doc 1 is the only feedback document, weight 1
+    q = r.encode(texts)
+    t, w = rm3_queries(q, relevance_model(r.corpus, np.array([[1]]), np.array([[1.0]])), 3, 0.5)
+    want = to_run(["q"], r.doc_ids, *r.search(t, w, k=5))
+    assert got == want
+    assert got != rm3_run(r, ["q"], texts, k=5, fb_docs=1, fb_terms=3)  # BM25's first document is doc 0

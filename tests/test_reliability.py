@@ -227,17 +227,18 @@ def _flip_last_byte(path: Path) -> None:
 
 def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
     ws = small_workspace
-    terms = ws.retriever.encode(ws.collection.split("dev")[1][:12])
-    first = ws.candidates("reliability", terms)
+    texts = ws.collection.split("dev")[1][:12]
+    terms = ws.retriever.encode(texts)
+    first = ws.candidates("reliability", texts, terms)
     (entry,) = ws.cfg.cache_path_dir.glob("candidates-reliability-*")
     _flip_last_byte(entry / "arrays.npz")
     caplog.set_level("WARNING")
-    again = ws.candidates("reliability", terms)
+    again = ws.candidates("reliability", texts, terms)
     assert "damaged; mining again" in caplog.text
     np.testing.assert_array_equal(again.terms, first.terms)
     np.testing.assert_array_equal(again.features, first.features)
     caplog.clear()
-    ws.candidates("reliability", terms)  # the rebuilt entry is whole again: loaded, no warning
+    ws.candidates("reliability", texts, terms)  # the rebuilt entry is whole again: loaded, no warning
     assert "damaged" not in caplog.text
 
 
