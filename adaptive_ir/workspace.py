@@ -73,7 +73,8 @@ class Workspace:
         else:
             with self._phase("feedback re-ranking model"):
                 self.fb_embedder = SentenceTransformerEmbedder(
-                    cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu")
+                    cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
+                    key="candidate_mining.reranker_path")
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity,
                                            self.cfg.training.embedding_cache_size)
         texts = self.collection.doc_texts()

@@ -161,6 +161,13 @@ def test_missing_sentence_transformers_model(tmp_path, capsys):
     assert_clean_error(rc, err, "embeddings.path", str(tmp_path / "no-model"), "local model folder")
 
 
+def test_missing_semantic_feedback_model(tmp_path, capsys):
+    rc, err = run_cli(capsys, "train", "--set", "candidate_mining.feedback=semantic",
+                      "--set", f"candidate_mining.reranker_path={tmp_path / 'no-model'}",
+                      "--output-dir", str(tmp_path / "out"), "--no-progress")
+    assert_clean_error(rc, err, "candidate_mining.reranker_path", str(tmp_path / "no-model"), "local model folder")
+
+
 def test_missing_legacy_pickle(tmp_path, capsys):
     rc, err = run_cli(capsys, "train", "--set", "embeddings.type=legacy",
                       "--set", f"embeddings.path={tmp_path / 'w2v.pkl'}", "--set", "embeddings.embedding_dim=null",
