@@ -271,7 +271,7 @@ class HashingModel:
 
     instances: list["HashingModel"] = []
 
-    def __init__(self, path=None, batch_size=256, device="cpu"):
+    def __init__(self, path=None, batch_size=256, device="cpu", key="embeddings.path"):
         self.identity, self.dim, self.calls = {"provider": "hashing", "path": path}, 8, []
         HashingModel.instances.append(self)
 
