@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 import Stemmer
 
-from .feedback import SemanticFeedback, feedback_matrix, relevance_model
+from .feedback import SemanticFeedback, feedback_documents, feedback_matrix, relevance_model
 from .index import idf_lucene
 from .io import fingerprint, load_arrays, save_arrays, sha256
 from .retrieval import Retriever
@@ -108,13 +108,7 @@ class CandidateMiner:
         terms = np.full((q, self.max_candidates), -1, dtype=np.int64)
         feats = np.zeros((q, self.max_candidates, len(self.feature_names)), dtype=np.float32)
         if q:
-            if self.feedback is None:
-                fb_scores, fb_idx = self.r.search(query_terms, k=self.top_k0)
-            else:
-                if query_vectors is None or len(query_vectors) != q:
-                    raise ValueError("semantic feedback needs one query vector per query")
-                scores, idx = self.r.search(query_terms, k=max(self.feedback.depth, self.top_k0))
-                fb_scores, fb_idx = self.feedback.rerank(query_vectors, scores, idx, self.top_k0)
+            fb_scores, fb_idx = feedback_documents(self.r, query_terms, self.top_k0, self.feedback, query_vectors)
             chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
             with ThreadPoolExecutor(self.num_workers) as pool:
                 for lo, hi, t, f in pool.map(
@@ -147,8 +141,7 @@ class CandidateMiner:
         terms = np.full((n, self.max_candidates), -1, dtype=np.int64)
         feats = np.zeros((n, self.max_candidates, len(self.feature_names)), dtype=np.float32)
         for i, qt in enumerate(query_terms):
-            variants = self._variants(qt)
-            cols, table = self._select(i, set(qt), scores, variants)
+            cols, table, is_variant = self._select(i, set(qt), scores, self._variants(qt))
             if not len(cols):
                 continue
             lo, hi = fb_frac.indptr[i], fb_frac.indptr[i + 1]
@@ -159,7 +152,7 @@ class CandidateMiner:
             feats[i, :m, k] = self.log_df[cols]
             feats[i, :m, k + 1] = [frac.get(c, 0.0) for c in cols.tolist()]
             if self.variants is not None:
-                feats[i, :m, k + 2] = [c in variants for c in cols.tolist()]
+                feats[i, :m, k + 2] = is_variant
         return terms, feats
 
     def _variants(self, query_terms: list[int]) -> set[int]:
@@ -172,7 +165,7 @@ class CandidateMiner:
         return out - set(query_terms)
 
     def _select(self, i: int, exclude: set[int], scores: dict[str, sp.csr_matrix], variants: set[int]):
-        """Candidate ids of query row ``i`` and their (normalised method scores…, mean) table.
+        """Candidate ids of query row ``i``, their (normalised method scores…, mean) table, and which are variants.
 
         Stem variants of the query words are always candidates (ranked first): the index does not stem, so
         they are the most direct fix of a vocabulary mismatch, and need not occur in the feedback docs."""
@@ -194,7 +187,8 @@ class CandidateMiner:
             pool.update(cols[top].tolist())
         pool |= variants
         if not pool:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, len(self.methods) + 1), dtype=np.float32)
+            return (np.zeros(0, dtype=np.int64), np.zeros((0, len(self.methods) + 1), dtype=np.float32),
+                    np.zeros(0, dtype=bool))
         cand = np.array(sorted(pool), dtype=np.int64)
         table = np.array([[per_method[m].get(c, 0.0) for m in self.methods] for c in cand.tolist()],
                          dtype=np.float32)
@@ -205,7 +199,7 @@ class CandidateMiner:
         # drop weak candidates, but never below min_candidates
         strong = int(((table[:, -1] >= self.min_score) | is_variant).sum())
         keep = min(self.max_candidates, max(strong, min(self.min_candidates, len(cand))))
-        return cand[:keep], table[:keep]
+        return cand[:keep], table[:keep], is_variant[:keep]
 
 
 def _stem_groups(terms: list[str]) -> dict[int, list[int]]:

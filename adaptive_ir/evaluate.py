@@ -8,7 +8,7 @@ import ir_measures
 import numpy as np
 from ir_measures import AP, RR, R, nDCG
 
-from .feedback import SemanticFeedback, relevance_model, rm3_queries
+from .feedback import SemanticFeedback, feedback_documents, relevance_model, rm3_queries
 from .io import atomic_write_bytes
 from .retrieval import Retriever
 
@@ -60,11 +60,7 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
     With ``feedback`` the feedback documents are the agent's semantic ones (equal weights): the fixed-rule
     baseline that shows what the learned term choice adds over better feedback documents alone."""
     terms = retriever.encode(texts)
-    if feedback is None:
-        fb_scores, fb_idx = retriever.search(terms, k=fb_docs)
-    else:
-        scores, idx = retriever.search(terms, k=max(feedback.depth, fb_docs))
-        fb_scores, fb_idx = feedback.rerank(query_vectors, scores, idx, fb_docs)
+    fb_scores, fb_idx = feedback_documents(retriever, terms, fb_docs, feedback, query_vectors)
     rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
     exp_terms, exp_weights = rm3_queries(terms, rm1, fb_terms, orig_weight)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from .text import CorpusTerms
+
+if TYPE_CHECKING:
+    from .retrieval import Retriever
 
 
 def feedback_matrix(doc_idx: np.ndarray, doc_weight: np.ndarray, num_docs: int) -> sp.csr_matrix:
@@ -87,3 +92,18 @@ class SemanticFeedback:
             out_i[lo:lo + chunk] = torch.gather(idx, 1, pos).numpy()
             out_w[lo:lo + chunk] = torch.isfinite(best).numpy()
         return out_w, out_i
+
+
+def feedback_documents(retriever: "Retriever", query_terms: list[list[int]], k: int,
+                       semantic: SemanticFeedback | None = None, query_vectors: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, doc indices), both (Q, k): each query's feedback documents for RM1 and the candidate miner.
+
+    BM25's top k weighted by their BM25 scores, or with ``semantic`` the k of BM25's top ``semantic.depth``
+    closest to the query (``query_vectors``, one per query), weighted equally."""
+    if semantic is None:
+        return retriever.search(query_terms, k=k)
+    if query_vectors is None or len(query_vectors) != len(query_terms):
+        raise ValueError("semantic feedback needs one query vector per query")
+    scores, idx = retriever.search(query_terms, k=max(semantic.depth, k))
+    return semantic.rerank(query_vectors, scores, idx, k)
