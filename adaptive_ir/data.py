@@ -68,6 +68,26 @@ class Collection:
         return [t + " " + x for t, x in zip(self.titles, self.texts)]
 
     @property
+    def num_docs(self) -> int:
+        return len(self.doc_ids)
+
+    def iter_doc_texts(self, chunk_size: int = 65_536) -> Iterator[list[str]]:
+        """`doc_text` of every document in corpus order, ``chunk_size`` documents at a time: what index builds
+        and corpus encoders read, so a corpus never has to be held as one list of strings."""
+        for lo in range(0, self.num_docs, chunk_size):
+            yield [self.doc_text(i) for i in range(lo, min(self.num_docs, lo + chunk_size))]
+
+    def doc_texts_at(self, indices: Iterable[int]) -> list[str]:
+        """`doc_text` of the documents at these corpus positions (random access)."""
+        return [self.doc_text(int(i)) for i in indices]
+
+    def doc_positions(self, ids: Iterable[str]) -> np.ndarray:
+        """Corpus positions (int64) of document ids; -1 for an id not in the corpus."""
+        if not hasattr(self, "_positions"):
+            self._positions = {d: i for i, d in enumerate(self.doc_ids)}
+        return np.array([self._positions.get(d, -1) for d in ids], dtype=np.int64)
+
+    @property
     def splits(self) -> list[str]:
         """Split names: train, dev, test first (those present), then any others alphabetically."""
         known = [s for s in SPLIT_ORDER if s in self.queries]

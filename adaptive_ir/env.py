@@ -45,16 +45,20 @@ class QuerySet:
 
     @classmethod
     def build(cls, qids: list[str], query_terms: list[list[int]], cands: CandidateSet, term_rows: np.ndarray,
-              q_rows: np.ndarray, qrels: dict[str, dict[str, int]] | None, doc_index: dict[str, int],
+              q_rows: np.ndarray, qrels: dict[str, dict[str, int]] | None, doc_positions,
               pad_id: int, device: str | torch.device, cand_weight: np.ndarray | None = None) -> "QuerySet":
-        """``term_rows[i, j]`` is the embedding row of candidate j of query i (already computed)."""
+        """``term_rows[i, j]`` is the embedding row of candidate j of query i (already computed);
+        ``doc_positions(ids)`` gives the corpus positions of document ids (-1 if unknown), e.g.
+        ``Collection.doc_positions``."""
         q = len(qids)
         width = max(1, max((len(t) for t in query_terms), default=1))
         terms = np.full((q, width), pad_id, dtype=np.int64)
         for i, t in enumerate(query_terms):
             terms[i, : len(t)] = t
-        rel = [[doc_index[d] for d, g in (qrels or {}).get(qid, {}).items() if g >= 1 and d in doc_index]
-               for qid in qids]
+        rel = []
+        for qid in qids:
+            pos = doc_positions([d for d, g in (qrels or {}).get(qid, {}).items() if g >= 1])
+            rel.append(pos[pos >= 0].tolist())
         rel_docs = np.full((q, max(1, max((len(r) for r in rel), default=1))), -1, dtype=np.int64)
         for i, r in enumerate(rel):
             rel_docs[i, : len(r)] = r

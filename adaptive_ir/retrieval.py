@@ -27,7 +27,7 @@ class Retriever:
               device: str | torch.device = "cpu") -> "Retriever":
         """Index every document of the collection (never only the judged ones)."""
         analyzer = Analyzer()
-        corpus = CorpusTerms.build(collection.doc_texts(), analyzer)
+        corpus = CorpusTerms.build([t for chunk in collection.iter_doc_texts() for t in chunk], analyzer)
         index = BM25Index.build(corpus, k1=k1, b=b, idf=idf).to(device)
         return cls(collection.doc_ids, analyzer, corpus, index)
 

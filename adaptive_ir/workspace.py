@@ -52,7 +52,6 @@ class Workspace:
             self.collection = collection or load_collection(cfg.data, cfg.system.seed, splits)
         with self._phase("index"):
             self.retriever = Retriever.build(self.collection, rc.bm25_k1, rc.bm25_b, rc.idf, device=device)
-        self.doc_index = {d: i for i, d in enumerate(self.collection.doc_ids)}
         with self._phase("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
@@ -77,7 +76,7 @@ class Workspace:
                     key="candidate_mining.reranker_path")
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity,
                                            self.cfg.training.embedding_cache_size)
-        texts = self.collection.doc_texts()
+        texts = [t for chunk in self.collection.iter_doc_texts() for t in chunk]
         meta = {"model": self.fb_embedder.identity, "corpus": sha256("\x00".join(texts).encode("utf-8"))}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
         arrays = load_arrays(folder, meta)
@@ -128,7 +127,7 @@ class Workspace:
         weight = None
         if self.cfg.retrieval.expansion_weighting == "score":
             weight = cands.features[:, :, cands.feature_names.index("mean_score")]
-        qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels, self.doc_index,
+        qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
                             self.retriever.index.pad_id, self.device, cand_weight=weight)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)

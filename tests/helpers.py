@@ -90,7 +90,7 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     cands = miner.mine(terms)
     rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
     qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels,
-                        {d: i for i, d in enumerate(coll.doc_ids)}, retriever.index.pad_id, "cpu")
+                        coll.doc_positions, retriever.index.pad_id, "cpu")
     gen = torch.Generator().manual_seed(seed)
     tables = SimpleNamespace(query=torch.randn(len(qids), emb_dim, generator=gen),
                              term=torch.cat([torch.randn(cands.terms.size, emb_dim, generator=gen),

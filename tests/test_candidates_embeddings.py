@@ -60,7 +60,7 @@ def test_empty_feedback_query_can_only_stop(world):
     assert not cands.valid[0].any() and cands.valid[1].any()
     rows = np.where(cands.valid, 0, 1)
     qs = QuerySet.build(["oov", world.qids[0]], [oov, r.encode(world.texts[:1])[0]], cands, rows, np.arange(2),
-                        world.qrels, {d: i for i, d in enumerate(world.coll.doc_ids)}, r.index.pad_id, "cpu")
+                        world.qrels, world.coll.doc_positions, r.index.pad_id, "cpu")
     env = ReformulationEnv(qs, r.index, max_steps=3)
     env.reset(torch.tensor([0]))
     legal = env.legal()
