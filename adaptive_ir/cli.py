@@ -35,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=int, help="override training.batch_size (PPO minibatch)")
     t.add_argument("--collect-batch-size", type=int, help="override training.collect_batch_size (B)")
     t.add_argument("--no-amp", action="store_true", help="disable mixed precision (debugging)")
-    t.add_argument("--checkpoint", help="resume from this checkpoint")
+    t.add_argument("--checkpoint", help="resume from this checkpoint (in this run's folder: that run goes on; "
+                   "from elsewhere: a new run starts from it)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in the output folder from its checkpoints/last.pt")
+    t.add_argument("--overwrite", action="store_true",
+                   help="start over in an output folder that holds a run: the old run is moved aside to "
+                        "<folder>.replaced-<time>, not deleted")
     t.add_argument("--test", action="store_true", help="after training, evaluate the best checkpoint on test")
 
     e = sub.add_parser("evaluate", help="evaluate BM25 / RM3 baselines and optionally a trained agent")
@@ -110,6 +116,7 @@ def cmd_train(args) -> int:
     import torch.distributed as dist
 
     from .config import load_config
+    from .errors import AdaptiveIRError
     from .evaluate import format_table
     from .trainer import Trainer
 
@@ -117,13 +124,26 @@ def cmd_train(args) -> int:
     device = _init_distributed()
     if device is not None:
         overrides["system.device"] = device
-    results = None
+    results = run = None
     try:
         cfg = load_config(args.config, overrides)
-        trainer = Trainer(cfg, resume=args.checkpoint, progress=not args.no_progress)
-        result = trainer.train()
-        if args.test and trainer.is_main and not result["interrupted"]:
-            results = trainer.test()  # rank 0 alone: every rank ends with the same parameters
+        claimed = _start_run(cfg, args)
+        if claimed is None:  # a DDP rank whose rank 0 was refused: rank 0 printed why
+            return 2
+        cfg, run, resume_from = claimed
+        try:
+            trainer = Trainer(cfg, resume=resume_from, progress=not args.no_progress,
+                              run=run.identity if run else None)
+            result = trainer.train()
+            if args.test and trainer.is_main and not result["interrupted"]:
+                results = trainer.test()  # rank 0 alone: every rank ends with the same parameters
+        except BaseException as e:
+            if run is not None:
+                interrupted = isinstance(e, KeyboardInterrupt)
+                run.finish("interrupted" if interrupted else "failed",
+                           130 if interrupted else 2 if isinstance(e, AdaptiveIRError) else 1,
+                           None if interrupted else f"{type(e).__name__}: {e}")
+            raise
     finally:
         if device is not None:
             dist.destroy_process_group()
@@ -132,12 +152,57 @@ def cmd_train(args) -> int:
     print(f"trained {result['updates']} updates; best dev {result['best_dev']:.4f} at update "
           f"{result['best_update']}; checkpoints in {cfg.training.checkpoint_path_dir}")
     if result["interrupted"]:
+        rc = 130 if trainer.stop_signal == signal.SIGINT else 0
+        run.finish("interrupted", rc)
         print(f"interrupted: resume with --checkpoint {cfg.training.checkpoint_path_dir / 'last.pt'}")
-        return 130 if trainer.stop_signal == signal.SIGINT else 0
+        return rc
     if results is not None:
         print(format_table(results, f"{trainer.ws.collection.name} / test"))
         print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
+    run.finish("completed", 0)
+    print(f"run {run.record['id']} completed: results in {cfg.training.output_dir} (run.json says what produced them)")
     return 0
+
+
+def _start_run(cfg, args):
+    """Claim the run's folders (rundir.py): (the config with the folders claimed, RunDir, checkpoint to resume
+    from). Under torchrun rank 0 claims them and the other ranks take the folders it chose, with RunDir None; they
+    get None when rank 0 was refused."""
+    import torch.distributed as dist
+
+    from .errors import AdaptiveIRError
+    from .rundir import LOCATION_KEYS, start_run
+
+    ddp = dist.is_available() and dist.is_initialized()
+    run = failure = None
+    if not ddp or dist.get_rank() == 0:
+        # folders named on the command line are taken as named; the config's own are numbered when taken
+        named = args.output_dir is not None or any(
+            item.partition("=")[0].strip() in {f"training.{k}" for k in LOCATION_KEYS} for item in args.set)
+        try:
+            run = start_run(cfg, resume=args.resume, checkpoint=args.checkpoint, overwrite=args.overwrite,
+                            numbered=not named)
+        except AdaptiveIRError as e:
+            failure = e
+    if not ddp:
+        if failure is not None:
+            raise failure
+        print(run.note, flush=True)
+        return run.cfg, run, run.resume_from
+    shared = [None, None]  # rank 0's folders (None: refused) and checkpoint to resume from
+    if run is not None:
+        shared = [{k: getattr(run.cfg.training, k) for k in LOCATION_KEYS}, run.resume_from]
+    dist.broadcast_object_list(shared, src=0)
+    if failure is not None:
+        raise failure
+    if shared[0] is None:
+        return None
+    if run is not None:
+        print(run.note, flush=True)
+        return run.cfg, run, run.resume_from
+    for k, v in shared[0].items():
+        setattr(cfg.training, k, v)
+    return cfg, None, shared[1]
 
 
 def cmd_evaluate(args) -> int:
@@ -146,8 +211,9 @@ def cmd_evaluate(args) -> int:
     from .config import load_config, resolve_device
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
-    from .trainer import build_agent, evaluate_split, load_compatible
+    from .checkpoint import build_agent, describe_origin, load_compatible
     from .ppo import AmpContext
+    from .trainer import evaluate_split
     from .workspace import Workspace
 
     agent = amp = None
@@ -155,8 +221,10 @@ def cmd_evaluate(args) -> int:
     device = torch.device(resolve_device(cfg.system.device))
     ws = Workspace(cfg, device, progress=not args.no_progress)
     if args.checkpoint:
+        state = load_compatible(args.checkpoint, cfg)
+        print(describe_origin(args.checkpoint, state), flush=True)
         agent = build_agent(cfg, ws, device)
-        agent.core.load_state_dict(load_compatible(args.checkpoint, cfg)["model"])
+        agent.core.load_state_dict(state["model"])
         amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
     if agent is None and not args.baselines:
         args.baselines = True  # nothing else to evaluate
@@ -175,6 +243,8 @@ def cmd_reformulate(args) -> int:
     from .reformulate import Reformulator
 
     ref = Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir)
+    # stdout stays pure JSON with --json: the checkpoint's origin then goes to stderr
+    print(ref.origin, file=sys.stderr if args.json else sys.stdout, flush=True)
     results = ref.reformulate(args.queries, top_docs=args.top_docs)
     if args.json:
         print(json.dumps(results, indent=1))

@@ -108,7 +108,9 @@ class EmbeddingsConfig:
     batch_size: Count = 256
     """Texts encoded per batch when precomputing embeddings."""
     cache_dir: str | None = None
-    """On-disk cache of computed embeddings; None = <output_dir>/cache."""
+    """On-disk caches (embeddings, candidate terms, semantic-feedback document vectors); None = a ``cache`` folder
+    beside output_dir (``runs/quickstart`` → ``runs/cache``), shared by every run there: entries are keyed by
+    their content, so runs of one config (or seed) reuse them, and concurrent runs take turns writing them."""
 
 
 @dataclass
@@ -280,7 +282,9 @@ class TrainingConfig:
     """Reward as a weighted mix, e.g. {recall: 0.7, mrr: 0.3} (at retrieval.reward_k); None uses
     retrieval.reward_metric alone."""
     output_dir: str = "runs/default"
-    """Folder for everything a run writes."""
+    """Folder for everything one run writes (run.json, checkpoints, logs, test results); it holds one run only.
+    `train` refuses a folder that holds another run (see --resume / --overwrite), except that a config's own
+    output_dir, when occupied, is numbered instead: runs/quickstart, then runs/quickstart_2, ..."""
     checkpoint_dir: str | None = None
     """Checkpoint folder; None = <output_dir>/checkpoints."""
     save_freq: Count = 5
@@ -336,10 +340,10 @@ class Config:
 
     @property
     def cache_path_dir(self) -> Path:
-        """embeddings.cache_dir, or its default under training.output_dir."""
+        """embeddings.cache_dir, or its default beside training.output_dir (shared by the runs in that folder)."""
         if self.embeddings.cache_dir:
             return Path(self.embeddings.cache_dir)
-        return Path(self.training.output_dir) / "cache"
+        return Path(self.training.output_dir).parent / "cache"
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a checkpoint's tensors depend on; a checkpoint loads only into an equal fingerprint."""

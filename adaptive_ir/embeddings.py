@@ -17,6 +17,7 @@ All vectors are L2-normalised (zero stays zero). The cache keeps, per provider i
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import AdaptiveIRError
-from .io import atomic_write_bytes, atomic_write_json, fingerprint, sha256
+from .io import atomic_write_bytes, atomic_write_json, file_lock, fingerprint, sha256
 from .text import Analyzer, CorpusTerms
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ class EmbeddingCache:
         self.hits = self.misses = 0
         self._entry: tuple[list[str], np.ndarray | None] | None = None
         """The entry as on disk, read once per instance (a workspace encodes queries and terms separately)."""
+        self._seen: tuple[int, int] | None = None
+        """``_stamp()`` of the file ``_entry`` came from."""
 
     def encode(self, embedder, texts: list[str]) -> np.ndarray:
         """Vectors for ``texts``: cached rows reused, the rest encoded in one batch and stored."""
@@ -162,19 +165,45 @@ class EmbeddingCache:
         self.hits += len(texts) - sum(1 for t in texts if t not in row)
         self.misses += len(missing)
         if missing:
-            new = embedder.encode(missing)
-            row.update({t: len(known_texts) + i for i, t in enumerate(missing)})
-            known_texts = known_texts + missing
-            known = new if known is None else np.concatenate([known, new])
-            self._store(known_texts, known)
+            # runs of one config share the entry: growing it is read-modify-write, so one writer at a time, each
+            # starting from the file as the last one left it (nothing another run added is dropped)
+            with self._locked():
+                known_texts, known = self._refresh(known_texts, known)
+                row = {t: i for i, t in enumerate(known_texts)}
+                missing = [t for t in missing if t not in row]
+                if missing:
+                    new = embedder.encode(missing)
+                    row.update({t: len(known_texts) + i for i, t in enumerate(missing)})
+                    known_texts = known_texts + missing
+                    known = new if known is None else np.concatenate([known, new])
+                    self._store(known_texts, known)
         if not texts:
             return np.zeros((0, embedder.dim), np.float32)
         return known[[row[t] for t in texts]]
 
+    def _locked(self, shared: bool = False):
+        return contextlib.nullcontext() if self.folder is None else file_lock(self.folder / ".lock", shared)
+
+    def _stamp(self) -> tuple[int, int] | None:
+        """Identity of texts.json as last written (an atomic replace gives it a new inode)."""
+        try:
+            st = (self.folder / "texts.json").stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
     def _load(self) -> tuple[list[str], np.ndarray | None]:
         if self.folder is None:
             return [], None
-        self._entry = self._read()
+        with self._locked(shared=True):
+            self._entry, self._seen = self._read(), self._stamp()
+        return self._entry
+
+    def _refresh(self, texts: list[str], vecs: np.ndarray | None) -> tuple[list[str], np.ndarray | None]:
+        """The entry as on disk now: ``(texts, vecs)``, our copy, unless another run replaced the file since."""
+        if self.folder is None or self._stamp() == self._seen:
+            return texts, vecs
+        self._entry, self._seen = self._read(), self._stamp()
         return self._entry
 
     def _read(self) -> tuple[list[str], np.ndarray | None]:
@@ -196,6 +225,7 @@ class EmbeddingCache:
         return texts, vecs
 
     def _store(self, texts: list[str], vecs: np.ndarray) -> None:
+        """Write the entry; the caller holds the exclusive lock."""
         if self.folder is None:
             return
         if len(texts) > self.max_rows:
@@ -206,6 +236,7 @@ class EmbeddingCache:
         data = buf.getvalue()
         atomic_write_bytes(self.folder / "vectors.npy", data)
         atomic_write_json(self.folder / "texts.json", {"sha256": _entry_digest(data, texts), "texts": texts})
+        self._seen = self._stamp()
 
 
 def _entry_digest(vectors_npy: bytes, texts: list[str]) -> str:

@@ -1,13 +1,18 @@
-"""Atomic, checksummed writes: a crash mid-write leaves the previous file intact, and a damaged file is detected."""
+"""Atomic, checksummed writes: a crash mid-write leaves the previous file intact, and a damaged file is detected.
+File locks (``flock``): held by an open file, so the OS releases them when the process ends, however it ends.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -42,17 +47,56 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@contextlib.contextmanager
+def file_lock(path: str | Path, shared: bool = False):
+    """Hold a blocking ``flock`` on ``path`` (created if absent): exclusive for writers, shared for readers.
+
+    The lock file itself is never deleted: a process that opened it just before a deletion would lock an orphan.
+    Readers of a folder they cannot write (a read-only cache) go on unlocked: nobody can be writing there.
+    """
+    path = Path(path)
+    try:
+        if not shared:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        if not shared:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def try_lock(path: str | Path) -> BinaryIO | None:
+    """An exclusive ``flock`` on ``path`` taken without waiting: the open file that holds it (closing it, or
+    dropping it, releases the lock), or None when another open file holds it. The file is opened without
+    truncation, so whatever the holder wrote into it stays readable by those it turns away."""
+    f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
+
+
 def save_arrays(folder: str | Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
     """A cache entry: ``arrays.npz`` (no pickles) + ``meta.json`` holding its sha256; both atomic.
 
-    ``meta.json`` is written last, so an entry without it (a crash mid-write) is simply absent.
+    ``meta.json`` is written last, so an entry without it (a crash mid-write) is simply absent. Caches are shared
+    by concurrent runs: writers of one entry take turns (an exclusive lock), so its two files always pair up.
     """
     folder = Path(folder)
     buf = io.BytesIO()
     np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
     data = buf.getvalue()
-    atomic_write_bytes(folder / "arrays.npz", data)
-    atomic_write_json(folder / "meta.json", {**meta, "sha256": sha256(data)})
+    with file_lock(folder / ".lock"):
+        atomic_write_bytes(folder / "arrays.npz", data)
+        atomic_write_json(folder / "meta.json", {**meta, "sha256": sha256(data)})
 
 
 def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
@@ -61,9 +105,12 @@ def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
     A damaged entry (checksum mismatch, unreadable file) is reported by the caller's rebuild, never used.
     """
     folder = Path(folder)
+    if not folder.is_dir():
+        return None
     try:
-        stored = json.loads((folder / "meta.json").read_text())
-        data = (folder / "arrays.npz").read_bytes()
+        with file_lock(folder / ".lock", shared=True):  # not between a writer's two files
+            stored = json.loads((folder / "meta.json").read_text())
+            data = (folder / "arrays.npz").read_bytes()
     except (OSError, ValueError):
         return None
     digest = stored.pop("sha256", None)

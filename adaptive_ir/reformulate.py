@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint import describe_origin, load_for_inference
 from .config import Config
 from .env import QuerySet, ReformulationEnv
 from .evaluate import Run, to_run
@@ -71,14 +72,15 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
 class Reformulator:
     """``Reformulator.load(checkpoint).reformulate(["query", ...])`` → rewritten queries, in batches."""
 
-    def __init__(self, cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext):
+    def __init__(self, cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, origin: str | None = None):
         self.cfg, self.ws, self.agent, self.amp = cfg, ws, agent, amp
+        self.origin = origin
+        """Which run (and update) the agent's checkpoint came from, as one line; None when built in memory."""
 
     @classmethod
     def load(cls, checkpoint: str | Path, device: str = "auto", data_dir: str | None = None) -> "Reformulator":
-        from .trainer import load_for_inference
-
-        return cls(*load_for_inference(checkpoint, device, data_dir))
+        cfg, ws, agent, amp, state = load_for_inference(checkpoint, device, data_dir)
+        return cls(cfg, ws, agent, amp, describe_origin(checkpoint, state))
 
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
         """For each query text: the rewritten query, the added terms and the top documents (id, score)."""

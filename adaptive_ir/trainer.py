@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -16,10 +15,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .buffer import RolloutBuffer, compute_gae
-from .config import Config, config_from_dict, config_to_dict, resolve_device
-from .errors import AdaptiveIRError, CheckpointError
+from .checkpoint import CHECKPOINT_FORMAT, build_agent, load_compatible, save_checkpoint
+from .config import Config, config_to_dict, resolve_device
+from .errors import AdaptiveIRError
 from .evaluate import MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, rm3_run, write_trec_run
-from .io import atomic_write_bytes, atomic_write_json, sha256
+from .io import atomic_write_bytes, atomic_write_json
 from .monitor import Monitor
 from .oracle import oracle_run
 from .policy import Agent
@@ -30,7 +30,6 @@ from .telemetry import GPUTelemetry
 from .workspace import Workspace, seed_everything
 
 log = logging.getLogger(__name__)
-CHECKPOINT_FORMAT = 1
 GPU_SAMPLE_INTERVAL_S = 5.0
 """Seconds between GPU telemetry samples (utilisation, memory, temperature) logged with each row."""
 RANK_SEED_STRIDE = 100_003
@@ -85,14 +84,6 @@ class EpochSampler:
         self.gen.set_state(s["generator"])
 
 
-def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
-    a = cfg.rl_agent
-    agent = Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
-                  a.num_layers, a.dropout)
-    agent.core.init_stop_prior(cfg.candidate_mining.max_candidates)
-    return agent.to(device)
-
-
 def selection_metric(cfg: Config) -> dict[str, float]:
     """The dev metric that picks the best checkpoint: the reward's own mix, as ir-measures names it."""
     k = cfg.retrieval.reward_k
@@ -105,8 +96,9 @@ class Trainer:
     """Owns everything a run needs; ``train()`` runs it, ``test()`` evaluates the best checkpoint."""
 
     def __init__(self, cfg: Config, resume: str | Path | None = None, progress: bool = True,
-                 collection=None):
+                 collection=None, run: dict | None = None):
         self.rank, self.world = dist_info()
+        self.run = run  # the identity of the run (RunDir.identity) its checkpoints record; None outside one
         self.is_main = self.rank == 0
         self.cfg, self.progress = cfg, progress and self.is_main
         tc, ac = cfg.training, cfg.rl_agent
@@ -300,6 +292,7 @@ class Trainer:
     def state(self) -> dict:
         return {
             "format": CHECKPOINT_FORMAT,
+            "run": self.run,
             "config": config_to_dict(self.cfg),
             "fingerprint": self.cfg.fingerprint(),
             "model": self.agent.core.state_dict(),
@@ -386,66 +379,4 @@ def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpCont
     return {name: evaluate_run(qrels, run) for name, run in runs.items()}
 
 
-def save_checkpoint(path: str | Path, state: dict) -> None:
-    """torch.save into memory, then an atomic write plus a sha256 sidecar checked on load."""
-    import io
-
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    data = buf.getvalue()
-    atomic_write_bytes(path, data)
-    atomic_write_json(Path(str(path) + ".json"), {"sha256": sha256(data), "format": CHECKPOINT_FORMAT,
-                                                  "update": state["counters"]["update"]})
-
-
-def load_compatible(path: str | Path, cfg: Config) -> dict:
-    """A checkpoint whose model/data fingerprint equals ``cfg``'s, else CheckpointError naming the differences."""
-    s = load_checkpoint(path)
-    ours = cfg.fingerprint()
-    diff = {k: (v, ours.get(k)) for k, v in s["fingerprint"].items() if ours.get(k) != v}
-    if diff:
-        raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: "
-                              + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
-                              + "; use the config it was trained with, or start a new run")
-    return s
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    import io
-
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
-    data = path.read_bytes()
-    side = Path(str(path) + ".json")
-    if side.is_file():
-        expected = json.loads(side.read_text()).get("sha256")
-        if expected and expected != sha256(data):
-            raise CheckpointError(f"{path}: checksum mismatch (the file is damaged or was partly written); "
-                                  "use another checkpoint (last.pt / best.pt) or retrain")
-    try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise CheckpointError(f"{path}: not a readable adaptive-ir checkpoint ({type(e).__name__}: {e})") from e
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path}: not an adaptive-ir checkpoint of format {CHECKPOINT_FORMAT}")
-    return state
-
-
-def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: str | None = None):
-    """(config, workspace, agent, amp) rebuilt from a checkpoint, ready to reformulate."""
-    state = load_checkpoint(checkpoint)
-    cfg = config_from_dict(state["config"])
-    cfg.system.device = device
-    if data_dir:
-        cfg.data.data_dir = data_dir
-    dev = torch.device(resolve_device(device))
-    ws = Workspace(cfg, dev, progress=False)
-    agent = build_agent(cfg, ws, dev)
-    agent.core.load_state_dict(state["model"])
-    agent.eval()
-    return cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype)
-
-
-__all__ = ["Trainer", "evaluate_split", "save_checkpoint", "load_checkpoint", "load_compatible",
-           "load_for_inference"]
+__all__ = ["Trainer", "evaluate_split"]

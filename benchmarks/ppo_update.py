@@ -23,7 +23,7 @@ from adaptive_ir.buffer import RolloutBuffer, compute_gae
 from adaptive_ir.ppo import AmpContext, PPOSettings, ppo_update
 from adaptive_ir.reformulate import make_env
 from adaptive_ir.rollout import collect
-from adaptive_ir.trainer import build_agent
+from adaptive_ir.checkpoint import build_agent
 
 import _common as common
 

@@ -24,7 +24,7 @@ from adaptive_ir.buffer import RolloutBuffer
 from adaptive_ir.ppo import AmpContext
 from adaptive_ir.reformulate import make_env
 from adaptive_ir.rollout import collect
-from adaptive_ir.trainer import build_agent
+from adaptive_ir.checkpoint import build_agent
 
 import _common as common
 

@@ -51,6 +51,14 @@ def default_collection(seed: int = 42) -> Collection:
     return make_default(seed)
 
 
+TINY_ARGS = ["--config", "quickstart", "--set", "data.max_train_queries=32", "--set",
+             "training.episodes_per_update=16", "--collect-batch-size", "16", "--batch-size", "32",
+             "--set", "training.ppo_epochs=2", "--set", "training.eval_every=2", "--set", "training.save_freq=1",
+             "--set", "training.early_stopping_patience=0", "--no-progress"]
+"""``train`` flags for a run of 2 updates per epoch (32 train queries, 16 episodes per update) that writes
+``last.pt`` after every update: the command-line tests' run."""
+
+
 def tiny_config(output_dir: Path, **overrides):
     """The quickstart config shrunk so a trainer update takes a fraction of a second on 2 CPU cores."""
     base = {

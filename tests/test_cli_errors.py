@@ -20,7 +20,7 @@ from adaptive_ir.cli import main
 from adaptive_ir.config import load_config
 from adaptive_ir.data import load_msmarco, load_trec
 from adaptive_ir.errors import AdaptiveIRError, CheckpointError
-from adaptive_ir.trainer import CHECKPOINT_FORMAT, save_checkpoint
+from adaptive_ir.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 
 DOCS = [{"_id": f"d{i}", "title": f"title {i}", "text": f"alpha beta gamma{i}"} for i in range(1, 9)]
 QUERIES = {f"q{i}": f"gamma{i} alpha" for i in range(1, 9)}
@@ -111,7 +111,8 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 
 def test_missing_data_dir_says_where_it_looked_and_what_to_do(tmp_path, capsys):
     missing = tmp_path / "nowhere" / "scifact"
-    rc, err = run_cli(capsys, "train", "--config", "scifact", "--data-dir", str(missing), "--no-progress")
+    rc, err = run_cli(capsys, "train", "--config", "scifact", "--data-dir", str(missing),
+                      "--output-dir", str(tmp_path / "out"), "--no-progress")
     assert_clean_error(rc, err, str(missing), "does not exist", "BEIR/datasets/scifact.zip",
                        "configs/quickstart.yaml runs with no data")
 

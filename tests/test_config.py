@@ -345,7 +345,9 @@ def test_derived_paths_default_under_output_dir():
     cfg = load_config("quickstart")
     assert cfg.training.checkpoint_path_dir == Path("runs/quickstart/checkpoints")
     assert cfg.training.log_path_dir == Path("runs/quickstart/logs")
-    assert cfg.cache_path_dir == Path("runs/quickstart/cache")
+    # the caches are shared by the runs beside each other (runs/quickstart, runs/quickstart_2, runs/scifact ...)
+    assert cfg.cache_path_dir == Path("runs/cache")
+    assert load_config("quickstart", {"embeddings.cache_dir": "/c"}).cache_path_dir == Path("/c")
 
 
 # --- devices -------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The Kaggle notebook runs top to bottom on the CPU with a tiny run injected into its parameter cell, and leaves
-the learning-curve plot and the ours-vs-BM25-vs-RM3 table behind."""
+the learning-curve plot and the ours-vs-BM25-vs-RM3 table behind; re-run on an OUTPUT_DIR that holds an earlier
+run, it writes beside it and leaves that run as it was."""
 
 from __future__ import annotations
 
@@ -28,13 +29,25 @@ def python_kernel() -> str:
     return "python3"
 
 
+def run_files(folder: Path) -> dict[Path, bytes]:
+    """Every file of a run folder with its contents, but the lock file (which a run that looked in leaves)."""
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
 def test_notebook_runs_on_cpu_and_reports(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert "parameters" in nb.cells[1].metadata.get("tags", [])
-    out = tmp_path / "run"
+    earlier = tmp_path / "run"  # what a previous execution of the notebook left in OUTPUT_DIR
+    (earlier / "checkpoints").mkdir(parents=True)
+    (earlier / "checkpoints" / "best.pt").write_bytes(b"the model of an earlier run")
+    (earlier / "logs").mkdir()
+    (earlier / "logs" / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = run_files(earlier)
+    out = tmp_path / "run_2"
     nb.cells[1].source = "\n".join([
         f"REPO_DIR = {str(REPO)!r}", "DATA_DIR = None", 'DATASET_TYPE = "beir"', 'CONFIG = "quickstart"',
-        f"OUTPUT_DIR = {str(out)!r}", "EPOCHS = 2", 'DEVICE = "cpu"', "INSTALL = False", f"OVERRIDES = {TINY!r}"])
+        f"OUTPUT_DIR = {str(earlier)!r}", "RESUME = False", "EPOCHS = 2", 'DEVICE = "cpu"', "INSTALL = False",
+        f"OVERRIDES = {TINY!r}"])
     client = nbclient.NotebookClient(nb, kernel_name=python_kernel(), timeout=600,
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
@@ -48,6 +61,9 @@ def test_notebook_runs_on_cpu_and_reports(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the learning curves, inline
     assert "using the embedded default collection" not in text(nb.cells[5])  # DATA_DIR None: no warning
     assert "policy forwards through ActorCritic" in text(nb.cells[7])  # one CPU: no wrapper
+    assert f"writing to {out} ({earlier} holds a run" in text(nb.cells[7])
+    assert run_files(earlier) == before
+    assert json.loads((out / "run.json").read_text())["status"] == "completed"
 
     table = text(nb.cells[-1])
     assert "default / test" in table and "| method | R@10 | R@40 |" in table

@@ -18,6 +18,7 @@ from torch import nn
 
 import adaptive_ir.trainer as trainer_mod
 from adaptive_ir import cli
+from adaptive_ir.checkpoint import load_checkpoint
 from adaptive_ir.monitor import read_metrics
 from adaptive_ir.telemetry import GPUTelemetry, discover_devices, sample
 from adaptive_ir.trainer import Trainer, parallel_wrapper
@@ -108,7 +109,7 @@ def test_rollout_update_and_eval_forwards_run_through_the_wrapper(tmp_path, monk
     assert len(t.dev_qs) in rollout  # greedy_rewrite on dev: one batch of every dev query
     assert update and max(update) == cfg.training.batch_size  # ppo_update minibatches
     assert list(t.agent.state_dict()) == keys
-    ckpt = trainer_mod.load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert list(ckpt["model"]) == list(t.agent.core.state_dict())
 
     rows = [r for r in read_metrics(tmp_path / "logs" / "metrics.jsonl") if "charts/episodic_return" in r]

@@ -20,21 +20,19 @@ import pytest
 import torch
 
 from adaptive_ir import io as aio
+from adaptive_ir.checkpoint import load_checkpoint, save_checkpoint
 from adaptive_ir.cli import main
 from adaptive_ir.config import load_config
 from adaptive_ir.data import make_default
 from adaptive_ir.embeddings import EmbeddingCache
 from adaptive_ir.errors import CheckpointError
 from adaptive_ir.monitor import read_metrics
-from adaptive_ir.trainer import Trainer, load_checkpoint, save_checkpoint
+from adaptive_ir.trainer import Trainer
 from adaptive_ir.workspace import Workspace
 
+from helpers import TINY_ARGS as TINY
+
 REPO = Path(__file__).resolve().parents[1]
-# 32 train queries, 16 episodes per update: 2 updates per epoch
-TINY = ["--config", "quickstart", "--set", "data.max_train_queries=32", "--set", "training.episodes_per_update=16",
-        "--collect-batch-size", "16", "--batch-size", "32", "--set", "training.ppo_epochs=2",
-        "--set", "training.eval_every=2", "--set", "training.save_freq=1",
-        "--set", "training.early_stopping_patience=0", "--no-progress"]
 EPOCHS = 2
 TIMING = ("charts/SPS", "charts/episodes_per_s", "charts/reward_cache_hit_rate")
 

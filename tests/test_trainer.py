@@ -9,11 +9,12 @@ import signal
 import pytest
 import torch
 
+from adaptive_ir.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
 from adaptive_ir.errors import CheckpointError
 from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run
 from adaptive_ir.monitor import read_metrics
-from adaptive_ir.trainer import Trainer, load_checkpoint
+from adaptive_ir.trainer import Trainer
 
 from helpers import default_collection, tiny_config
 

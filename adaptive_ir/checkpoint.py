@@ -1,0 +1,105 @@
+"""Checkpoints on disk: save, load, the compatibility check, and an agent rebuilt from one for inference.
+
+A checkpoint is one ``torch.save`` dict (model, optimizer, scheduler, AMP scaler, random generators, sampler,
+counters, the full config and its model/data fingerprint, and ``run``: the identity of the run that wrote it, see
+``rundir.py``) written atomically, plus a ``<name>.json`` sidecar holding its sha256. Files written before run
+identities were recorded have no ``run`` key and still load.
+
+The trainer (the loop) and the reformulator (inference) both import from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import torch
+
+from .config import Config, config_from_dict, resolve_device
+from .errors import CheckpointError
+from .io import atomic_write_bytes, atomic_write_json, sha256
+from .policy import Agent
+from .ppo import AmpContext
+from .workspace import Workspace
+
+CHECKPOINT_FORMAT = 1
+
+
+def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
+    a = cfg.rl_agent
+    agent = Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
+                  a.num_layers, a.dropout)
+    agent.core.init_stop_prior(cfg.candidate_mining.max_candidates)
+    return agent.to(device)
+
+
+def save_checkpoint(path: str | Path, state: dict) -> None:
+    """torch.save into memory, then an atomic write plus a sha256 sidecar checked on load."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    run = state.get("run") or {}
+    atomic_write_bytes(path, data)
+    atomic_write_json(Path(str(path) + ".json"), {"sha256": sha256(data), "format": CHECKPOINT_FORMAT,
+                                                  "update": state["counters"]["update"], "run": run.get("id")})
+
+
+def load_compatible(path: str | Path, cfg: Config) -> dict:
+    """A checkpoint whose model/data fingerprint equals ``cfg``'s, else CheckpointError naming the differences."""
+    s = load_checkpoint(path)
+    ours = cfg.fingerprint()
+    diff = {k: (v, ours.get(k)) for k, v in s["fingerprint"].items() if ours.get(k) != v}
+    if diff:
+        raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: "
+                              + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
+                              + "; use the config it was trained with, or start a new run")
+    return s
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
+    data = path.read_bytes()
+    side = Path(str(path) + ".json")
+    if side.is_file():
+        expected = json.loads(side.read_text()).get("sha256")
+        if expected and expected != sha256(data):
+            raise CheckpointError(f"{path}: checksum mismatch (the file is damaged or was partly written); "
+                                  "use another checkpoint (last.pt / best.pt) or retrain")
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise CheckpointError(f"{path}: not a readable adaptive-ir checkpoint ({type(e).__name__}: {e})") from e
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not an adaptive-ir checkpoint of format {CHECKPOINT_FORMAT}")
+    return state
+
+
+def describe_origin(path: str | Path, state: dict) -> str:
+    """One line saying which run wrote a checkpoint and at which update (printed by evaluate and reformulate)."""
+    update = state.get("counters", {}).get("update")
+    run = state.get("run")
+    if not run:
+        return f"checkpoint {path}: update {update}; no run record (written by a Trainer outside the command " \
+               "line, or before runs were recorded)"
+    commit = (run.get("git_commit") or "unknown")[:12] + ("+changes" if run.get("git_dirty") else "")
+    return (f"checkpoint {path}: run {run['id']} in {run['dir']} (started {run['started']}, seed {run['seed']}, "
+            f"config {run['config_fingerprint']}, code {commit}), update {update}")
+
+
+def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: str | None = None):
+    """(config, workspace, agent, amp, state) rebuilt from a checkpoint, ready to reformulate; ``state`` is the
+    checkpoint itself (its ``run`` and ``counters`` say where it came from)."""
+    state = load_checkpoint(checkpoint)
+    cfg = config_from_dict(state["config"])
+    cfg.system.device = device
+    if data_dir:
+        cfg.data.data_dir = data_dir
+    dev = torch.device(resolve_device(device))
+    ws = Workspace(cfg, dev, progress=False)
+    agent = build_agent(cfg, ws, dev)
+    agent.core.load_state_dict(state["model"])
+    agent.eval()
+    return cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype), state
