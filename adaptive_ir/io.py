@@ -1,20 +1,29 @@
 """Atomic, checksummed writes: a crash mid-write leaves the previous file intact, and a damaged file is detected.
 File locks (``flock``): held by an open file, so the OS releases them when the process ends, however it ends.
+Where there is no ``flock`` (Windows) nothing is locked, and a warning says so once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import functools
 import hashlib
 import io
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+log = logging.getLogger(__name__)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -64,6 +73,10 @@ def file_lock(path: str | Path, shared: bool = False):
             raise
         yield
         return
+    if not _can_lock():
+        os.close(fd)
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
@@ -76,12 +89,22 @@ def try_lock(path: str | Path) -> BinaryIO | None:
     dropping it, releases the lock), or None when another open file holds it. The file is opened without
     truncation, so whatever the holder wrote into it stays readable by those it turns away."""
     f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+    if not _can_lock():
+        return f
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.close()
         return None
     return f
+
+
+@functools.cache
+def _can_lock() -> bool:
+    if fcntl is None:
+        log.warning("this platform has no flock: run folders and caches are not locked, so never start two runs "
+                    "on one output folder")
+    return fcntl is not None
 
 
 def save_arrays(folder: str | Path, arrays: dict[str, np.ndarray], meta: dict) -> None:

@@ -51,7 +51,8 @@ def load_collection(data_dir: str | None):
 def workspace(args, device: torch.device, collection=None, **overrides) -> Workspace:
     """A Workspace for ``args.config`` with candidate/embedding caches off (a benchmark measures, never reuses)."""
     out = tempfile.mkdtemp(prefix="adaptive-ir-bench-")
-    sets = {"training.output_dir": out, "candidate_mining.cache_enabled": "false", "embeddings.type": "lsa",
+    sets = {"training.output_dir": out, "embeddings.cache_dir": f"{out}/cache",
+            "candidate_mining.cache_enabled": "false", "embeddings.type": "lsa",
             **{k: str(v) for k, v in overrides.items()}}
     cfg = load_config(args.config, sets)
     return Workspace(cfg, device, collection=collection or load_collection(args.data_dir), progress=False)

@@ -166,6 +166,15 @@ def test_ddp_two_processes_gloo_stay_in_sync(tmp_path):
     rows = read_metrics(out / "logs" / "metrics.jsonl")
     assert [r["step"] for r in rows if "charts/episodic_return" in r] == [1, 2]  # one writer, not two
     assert any("dev/R@40" in r for r in rows)
+    run = json.loads((out / "run.json").read_text())  # rank 0 claimed the folder for both
+    assert run["status"] == "completed" and run["device"]["processes"] == 2
+
+    # the same command again: rank 0 is refused (the folder holds that run) and both ranks leave, none hangs
+    # (torchrun itself then reports the failed worker, with its own traceback)
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0
+    assert again.stderr.count(f"error: {out} already holds a run") == 1, again.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text()) == run
 
 
 # ---------------------------------------------------------------------------------------------- telemetry

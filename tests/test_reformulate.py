@@ -88,9 +88,12 @@ def test_reformulator_api_and_cli(trained, capsys):
         assert r["rewritten"].split()[: len(r["query"].split())] == r["query"].split()
         assert len(r["added_terms"]) <= cfg.rl_agent.max_steps_per_episode
         assert all(s > 0 for _, s in r["top_docs"]) and len(r["top_docs"]) <= 3
+    assert ref.origin.startswith(f"checkpoint {ckpt}: update ") and "no run record" in ref.origin  # Trainer API
     assert main(["reformulate", "--checkpoint", str(ckpt), "--json", texts[0]]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)  # stdout holds the JSON alone; where the checkpoint came from is on stderr
     assert printed[0]["query"] == texts[0] and printed[0]["added_terms"] == out[0]["added_terms"]
+    assert ref.origin in captured.err
 
 
 def test_oracle_never_lowers_the_reward_and_bounds_the_agent(trained):

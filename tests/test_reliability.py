@@ -113,9 +113,14 @@ def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(tmp_path, re
     at = json.loads(Path(str(last) + ".json").read_text())["update"]
     total = max(update_rows(reference_run))
     assert 1 <= at < total  # stopped part-way, after the update in flight
+    stopped_run = json.loads((out / "run.json").read_text())
+    assert (stopped_run["status"], stopped_run["exit_code"]) == ("interrupted", 130)
 
     log = run_to_end(out, "--checkpoint", str(last))
     assert f"resumed from {last} at update {at}" in log
+    resumed_run = json.loads((out / "run.json").read_text())  # the same run, gone on to the end
+    assert resumed_run["id"] == stopped_run["id"] and resumed_run["status"] == "completed"
+    assert [p["status"] for p in resumed_run["previous"]] == ["interrupted"]
     rows, ref = update_rows(out), update_rows(reference_run)
     assert sorted(rows) == list(range(1, total + 1))  # each update logged once: resume picked up at `at + 1`
     # bit-for-bit on the CPU: same losses and returns after the restart, same final parameters

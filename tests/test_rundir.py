@@ -336,3 +336,18 @@ def test_a_cache_entry_rewritten_by_two_runs_always_reads_whole(tmp_path):
         seen.add(float(got["x"][0]))
     assert all(w.wait() == 0 for w in writers)
     assert seen & {1.0, 2.0}
+
+
+def test_without_flock_nothing_is_locked_and_a_warning_says_so(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(aio, "fcntl", None)  # as on Windows
+    aio._can_lock.cache_clear()
+    try:
+        first, second = aio.try_lock(tmp_path / ".lock"), aio.try_lock(tmp_path / ".lock")
+        assert first is not None and second is not None
+        first.close()
+        second.close()
+        with aio.file_lock(tmp_path / "entry" / ".lock"):
+            pass
+        assert caplog.text.count("no flock") == 1
+    finally:
+        aio._can_lock.cache_clear()
