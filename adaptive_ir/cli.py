@@ -160,7 +160,8 @@ def cmd_train(args) -> int:
         print(format_table(results, f"{trainer.ws.collection.name} / test"))
         print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
     run.finish("completed", 0)
-    print(f"run {run.record['id']} completed: results in {cfg.training.output_dir} (run.json says what produced them)")
+    print(f"run {run.record['id']} completed: results in {cfg.training.output_dir} "
+          "(run.json says what produced them)")
     return 0
 
 
@@ -208,10 +209,10 @@ def _start_run(cfg, args):
 def cmd_evaluate(args) -> int:
     import torch
 
+    from .checkpoint import build_agent, describe_origin, load_compatible
     from .config import load_config, resolve_device
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
-    from .checkpoint import build_agent, describe_origin, load_compatible
     from .ppo import AmpContext
     from .trainer import evaluate_split
     from .workspace import Workspace

@@ -25,7 +25,7 @@ not count). A new run refuses them unless told what to do, as Hugging Face's ``-
 **run.json** (in output_dir, written atomically at the start and again at the end): the run's ``id``, ``status``
 (running, completed, interrupted, failed; a ``running`` run whose lock is free ended without recording it:
 ``kill -9``, out of memory, power loss, and is listed as ``killed`` once resumed), ``exit_code``,
-``error``, ``started`` / ``ended`` (UTC), the ``command`` line, ``cwd``, ``host``, ``pid``, ``seed``,
+``error``, ``started`` / ``ended`` (UTC), the ``command`` line of the process, ``cwd``, ``host``, ``pid``, ``seed``,
 ``config_fingerprint`` (a hash of the config without its output folders: equal means the same experiment) and the
 full ``config``, ``git`` (commit and whether the checkout had changes, when the code runs from a git checkout),
 package ``versions``, the ``device``, ``resumed_from`` / ``parent_run`` when it started from a checkpoint, and
@@ -118,7 +118,7 @@ class RunDir:
 
 
 def start_run(cfg: Config, *, resume: bool = False, checkpoint: str | Path | None = None,
-              overwrite: bool = False, numbered: bool = False, command: list[str] | None = None) -> RunDir:
+              overwrite: bool = False, numbered: bool = False) -> RunDir:
     """Claim the run's folders for this process and write run.json; the rule is in the module docstring.
 
     ``numbered``: the folders come from the config, not from the user, so an occupied one is numbered instead of
@@ -172,7 +172,7 @@ def start_run(cfg: Config, *, resume: bool = False, checkpoint: str | Path | Non
         raise AdaptiveIRError(_occupied_message(cfg, folders[0], found, checkpoint))
     previous = _read_record(folders[0]) if continuing else None
     try:
-        record = _new_record(cfg, command, resume_from, previous, replaced)
+        record = _new_record(cfg, resume_from, previous, replaced)
         atomic_write_json(folders[0] / RUN_FILE, record)
         _write_holder(locks, record)
     except BaseException:
@@ -308,11 +308,11 @@ def _read_record(out: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def _new_record(cfg: Config, command: list[str] | None, resume_from: Path | None, previous: dict | None,
+def _new_record(cfg: Config, resume_from: Path | None, previous: dict | None,
                 replaced: list[Path]) -> dict:
     out = Path(cfg.training.output_dir)
     parent = None
-    if resume_from is not None:
+    if resume_from is not None and previous is None:  # a new run that starts from another run's checkpoint
         try:
             parent = json.loads(Path(str(resume_from) + ".json").read_text()).get("run")
         except (OSError, ValueError, AttributeError):
@@ -322,7 +322,7 @@ def _new_record(cfg: Config, command: list[str] | None, resume_from: Path | None
         "id": (previous or {}).get("id") or f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}",
         "dir": str(out.resolve()), "status": "running", "exit_code": None, "error": None,
         "started": utc_now(), "ended": None,
-        "command": list(command if command is not None else sys.argv), "cwd": os.getcwd(),
+        "command": list(sys.argv), "cwd": os.getcwd(),  # the process's own command line
         "host": socket.gethostname(), "pid": os.getpid(),
         "seed": cfg.system.seed, "config_fingerprint": config_fingerprint(cfg), "config_source": cfg.source,
         "config": config_to_dict(cfg),
