@@ -9,7 +9,6 @@ import json
 import os
 import tracemalloc
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
