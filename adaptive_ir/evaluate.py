@@ -24,6 +24,15 @@ def to_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, idx: np.ndar
     return {q: {doc_ids[d]: float(s) for d, s in zip(row_i, row_s)} for q, row_i, row_s in zip(qids, idx, scores)}
 
 
+def drop_excluded(run: Run, excluded: dict[str, str]) -> Run:
+    """``run`` without each query's excluded document (``Collection.excluded_docs``: under
+    data.exclude_query_title, the document whose title is the query), as Nogueira & Cho drop it before scoring.
+    Documents ranked below it move up one rank; the list is one shorter."""
+    if not excluded:
+        return run
+    return {q: {d: s for d, s in docs.items() if d != excluded.get(q)} for q, docs in run.items()}
+
+
 def evaluate_run(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES) -> dict[str, float]:
     """Mean of each measure over every query in ``qrels`` (a query missing from the run counts as 0)."""
     run = {q: run.get(q, {}) for q in qrels}

@@ -18,7 +18,8 @@ from .buffer import RolloutBuffer, compute_gae
 from .checkpoint import CHECKPOINT_FORMAT, build_agent, load_compatible, save_checkpoint
 from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
-from .evaluate import MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, rm3_run, write_trec_run
+from .evaluate import (MEASURES, METRIC_NAMES, bm25_run, drop_excluded, evaluate_run, format_table, rm3_run,
+                       write_trec_run)
 from .io import atomic_write_bytes, atomic_write_json
 from .monitor import Monitor
 from .oracle import oracle_run
@@ -112,7 +113,7 @@ class Trainer:
         # test qrels stay unread while training: evaluate_split loads the test split on demand
         self.ws = Workspace(cfg, self.device, collection=collection, progress=self.progress,
                             splits=("train", "dev"))
-        self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries)
+        self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries, judged_only=True)
         has_dev = "dev" in self.ws.collection.splits and self.is_main  # dev evaluation is rank 0's alone
         self.dev_qs, self.dev_tables = self.ws.split("dev") if has_dev else (None, None)
         if self.is_main and self.world > 1:
@@ -275,6 +276,7 @@ class Trainer:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
         _, _, qrels = self.ws.collection.split("dev")
         run, _ = agent_run(self.cfg, self.ws, self.agent, self.amp, self.dev_qs, self.dev_tables)
+        run = drop_excluded(run, self.ws.collection.excluded_docs("dev"))
         wanted = selection_metric(self.cfg)
         metrics = evaluate_run(qrels, run, MEASURES + [ir_measures.parse_measure(m) for m in wanted
                                                        if m not in METRIC_NAMES])
@@ -373,6 +375,8 @@ def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpCont
         runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
                                     rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
                                     rc.expansion_weight, rc.top_k)
+    excluded = ws.collection.excluded_docs(split)
+    runs = {name: drop_excluded(run, excluded) for name, run in runs.items()}
     if run_dir is not None:
         for name, run in runs.items():
             write_trec_run(Path(run_dir) / f"{split}.{name}.trec", run, name)

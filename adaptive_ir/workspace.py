@@ -19,6 +19,7 @@ from .config import Config
 from .data import Collection, load_collection
 from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, make_embedder
 from .env import QuerySet
+from .errors import DataError
 from .feedback import SemanticFeedback
 from .io import fingerprint, load_arrays, save_arrays, sha256
 from .retrieval import Retriever
@@ -134,16 +135,29 @@ class Workspace:
         return qs, tables
 
     def load_split(self, split: str) -> None:
-        """Read a split that was left out when the collection was loaded (the test split, after training)."""
+        """Read a split that was left out when the collection was loaded (the test split, after training); the
+        corpus already loaded is reused."""
         if split in self.collection.queries:
             return
-        extra = load_collection(self.cfg.data, self.cfg.system.seed, (split,))
+        extra = load_collection(self.cfg.data, self.cfg.system.seed, (split,), corpus=self.collection.corpus)
         if split in extra.queries:
             self.collection.queries[split] = extra.queries[split]
             self.collection.qrels[split] = extra.qrels[split]
+            self.collection.excluded[split] = extra.excluded_docs(split)
 
-    def split(self, split: str, max_queries: int | None = None) -> tuple[QuerySet, Tables]:
+    def split(self, split: str, max_queries: int | None = None, judged_only: bool = False
+              ) -> tuple[QuerySet, Tables]:
+        """The QuerySet of a split. ``judged_only`` (training) leaves out queries with no relevant document, which
+        evaluation keeps (they score 0) but which would only add zero-reward episodes."""
         qids, texts, qrels = self.collection.split(split)
+        if judged_only:
+            keep = [i for i, q in enumerate(qids) if any(g >= 1 for g in qrels.get(q, {}).values())]
+            if not keep:
+                raise DataError(f"collection '{self.collection.name}': no '{split}' query has a relevant document "
+                                "to train on")
+            if len(keep) < len(qids):
+                log.info("%s: training skips %d queries with no relevant document", split, len(qids) - len(keep))
+            qids, texts = [qids[i] for i in keep], [texts[i] for i in keep]
         if max_queries is not None:
             qids, texts = qids[:max_queries], texts[:max_queries]
         return self.query_set(split, qids, texts, qrels)

@@ -13,6 +13,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from adaptive_ir.candidates import mine_cached
 from adaptive_ir.embeddings import EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder, SentenceTransformerEmbedder
+from adaptive_ir.errors import AdaptiveIRError
 from adaptive_ir.env import QuerySet, ReformulationEnv
 from adaptive_ir.text import Analyzer, CorpusTerms
 
@@ -176,16 +177,31 @@ def test_sentence_transformers_offline(monkeypatch):
 
 
 def test_legacy_word2vec_pickle(tmp_path):
-    table = {b"fox": np.array([1.0, 0.0, 0.0]), "Dog": [0.0, 3.0, 0.0], "cat": np.array([0.0, 0.0, 2.0])}
+    table = {b"fox": np.array([1.0, 0.0, 0.0]), "Dog": [0.0, 3.0, 0.0], "cat": np.array([0.0, 0.0, 2.0]),
+             "Apple": [1.0, 1.0, 0.0], "apple": [0.0, 1.0, 1.0],
+             # a Python 2 byte-string key (UTF-8 'café') unpickles as latin-1 mojibake 'cafÃ©'
+             "café".encode("utf-8"): [0.0, 0.0, 5.0]}
     path = tmp_path / "w2v.pkl"
     path.write_bytes(pickle.dumps(table, protocol=2))
     emb = LegacyWord2VecEmbedder(str(path), Analyzer())
-    vecs = emb.encode(["the Fox and the dog", "cat", "unknown words only", "fox zzz"])
+    assert set(emb.rows) == {"fox", "Dog", "cat", "Apple", "apple", "café"}  # exact keys, mojibake repaired
+    vecs = emb.encode(["the Fox and the dog", "cat", "unknown words only", "fox zzz", "Apple", "apple pie", "Café"])
     assert emb.dim == 3 and vecs.dtype == np.float32
+    # Fox -> fox (lower-cased), dog -> Dog (the only key that lower-cases to it); 'the', 'and' are stopwords
     np.testing.assert_allclose(vecs[0], np.array([0.5, 1.5, 0.0]) / np.linalg.norm([0.5, 1.5, 0.0]), rtol=1e-6)
     np.testing.assert_allclose(vecs[1], [0.0, 0.0, 1.0])
     assert not vecs[2].any()  # OOV text → the zero vector
     np.testing.assert_allclose(vecs[3], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(vecs[4], np.array([1.0, 1.0, 0.0]) / np.sqrt(2), rtol=1e-6)  # "Apple" as written
+    np.testing.assert_allclose(vecs[5], np.array([0.0, 1.0, 1.0]) / np.sqrt(2), rtol=1e-6)  # "apple" is another word
+    np.testing.assert_allclose(vecs[6], [0.0, 0.0, 1.0])
+
+
+def test_legacy_word2vec_pickle_of_unequal_vectors(tmp_path):
+    path = tmp_path / "w2v.pkl"
+    path.write_bytes(pickle.dumps({"a": [1.0, 2.0], "b": [1.0]}, protocol=2))
+    with pytest.raises(AdaptiveIRError, match=r"w2v\.pkl: word 'b': not a vector like the others"):
+        LegacyWord2VecEmbedder(str(path), Analyzer())
 
 
 VARIANT_DOCS = [
@@ -198,10 +214,10 @@ VARIANT_DOCS = [
 
 
 def _retriever(texts):
-    from adaptive_ir.data import Collection
+    from adaptive_ir.data import Collection, MemoryCorpus
     from adaptive_ir.retrieval import Retriever
 
-    coll = Collection("variants", [f"d{i}" for i in range(len(texts))], [""] * len(texts), texts, {}, {})
+    coll = Collection("variants", MemoryCorpus([f"d{i}" for i in range(len(texts))], [""] * len(texts), texts), {}, {})
     return Retriever.build(coll)
 
 

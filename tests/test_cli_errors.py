@@ -173,7 +173,7 @@ def test_missing_legacy_pickle(tmp_path, capsys):
     rc, err = run_cli(capsys, "train", "--set", "embeddings.type=legacy",
                       "--set", f"embeddings.path={tmp_path / 'w2v.pkl'}", "--set", "embeddings.embedding_dim=null",
                       "--output-dir", str(tmp_path / "out"), "--no-progress")
-    assert_clean_error(rc, err, "w2v.pkl", "D_cbow_pdw_8B.pkl", "embeddings.type: lsa")
+    assert_clean_error(rc, err, "w2v.pkl", "D_cbow_pdw_8B_norm.pkl", "embeddings.type: lsa")
 
 
 # ----------------------------------------------------------------------------------------------------- checkpoints

@@ -71,6 +71,68 @@ def test_seed_config_warns_about_unused_keys(caplog):
     assert text.count("training.pin_memory/prefetch_factor: not used") == 1
 
 
+# the seed's other two configs: keys it spells differently, each mapped to ours
+SEED_NAMES = {
+    "candidate_mining.top_k_docs": "candidate_mining.top_k0",
+    "rl_agent.num_attention_heads": "rl_agent.num_heads",
+    "rl_agent.num_encoder_layers": "rl_agent.num_layers",
+}
+
+
+@pytest.mark.parametrize("name", ["msa_config", "msa_quick_test"])
+def test_seed_other_configs_every_key_is_used_or_mapped(name, caplog):
+    path = CONFIG_DIR / f"{name}.yaml"
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config(name)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for section, body in raw.items():
+        for key, value in body.items():
+            dotted = f"{section}.{key}"
+            ours_section, ours_key = SEED_NAMES.get(dotted, dotted).split(".")
+            got = getattr(getattr(cfg, ours_section), ours_key)
+            if dotted == "candidate_mining.methods":
+                assert got == ["bm25_contrib" if m == "bm25" else m for m in value]
+            else:
+                assert got == value, dotted
+    assert "evaluation.metrics: not used" in caplog.text and f"{path}:" in caplog.text
+    assert "recall@20 (R@20)" in caplog.text and "recall@10 (R@10)" not in caplog.text
+
+
+def test_seed_msa_config_spot_values_and_warnings(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config("msa_config")
+    assert cfg.candidate_mining.methods == ["tfidf", "bm25_contrib"]
+    assert "'bm25' is read as 'bm25_contrib'" in caplog.text
+    assert "map (AP), precision@10 (P@10)" in caplog.text and "'R@20 R@50 AP P@10'" in caplog.text
+    quick = load_config("msa_quick_test")
+    assert (quick.candidate_mining.top_k0, quick.rl_agent.num_heads, quick.rl_agent.num_layers) == (5, 2, 1)
+    assert quick.rl_agent.hidden_dim == 128 and quick.rl_agent.max_steps_per_episode == 3
+
+
+def test_seed_spellings(tmp_path, caplog):
+    cfg = load_config(write(tmp_path, "data: {dataset_type: trec-car}\ncandidate_mining: {methods: [bm25, tfidf]}\n"))
+    assert cfg.data.dataset_type == "trec_car" and cfg.candidate_mining.methods == ["bm25_contrib", "tfidf"]
+    both = load_config(write(tmp_path, "candidate_mining: {methods: [bm25, bm25_contrib]}\n"))
+    assert both.candidate_mining.methods == ["bm25_contrib"]
+
+
+@pytest.mark.parametrize("text,alias,name", [
+    ("rl_agent: {num_heads: 4, num_attention_heads: 2}", "rl_agent.num_attention_heads", "rl_agent.num_heads=4"),
+    ("rl_agent: {num_layers: 2, num_encoder_layers: 1}", "rl_agent.num_encoder_layers", "rl_agent.num_layers=2"),
+    ("candidate_mining: {top_k0: 10, top_k_docs: 5}", "candidate_mining.top_k_docs", "candidate_mining.top_k0=10"),
+])
+def test_seed_aliases_must_agree(tmp_path, text, alias, name):
+    message = error_of(write(tmp_path, text + "\n"))
+    assert alias in message and name in message and "same setting" in message
+    agreeing = text.replace(": 2}", ": 4}").replace(": 1}", ": 2}").replace(": 5}", ": 10}")
+    load_config(write(tmp_path, agreeing + "\n"))
+
+
+def test_seed_metric_names_are_checked(tmp_path):
+    message = error_of(write(tmp_path, "evaluation:\n  metrics: [recall@10, bleu]\n"))
+    assert f"{tmp_path / 'c.yaml'}:2" in message and "evaluation.metrics" in message and "'bleu'" in message
+
+
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_config_loads(path):
     cfg = load_config(str(path))
@@ -316,7 +378,7 @@ def test_override_of_training_key_beats_rl_agent(caplog):
 # --- serialisation and checkpoint compatibility --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["msa_optimized_gpu", "quickstart"])
+@pytest.mark.parametrize("name", ["msa_optimized_gpu", "msa_config", "msa_quick_test", "quickstart"])
 def test_dict_round_trip(name, caplog):
     cfg = load_config(name)
     d = json.loads(json.dumps(config_to_dict(cfg)))

@@ -14,7 +14,6 @@ from collections import namedtuple
 from pathlib import Path
 from types import SimpleNamespace
 
-import h5py
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,10 +21,10 @@ from hypothesis import strategies as st
 
 from adaptive_ir.data import (
     Collection,
+    MemoryCorpus,
     carve_dev,
     load_beir,
     load_collection,
-    load_hdf5,
     load_ir_datasets,
     load_msmarco,
     load_trec,
@@ -88,10 +87,11 @@ def beir(tmp_path) -> Path:
 def test_collection_doc_text_splits_and_split(beir):
     c = load_beir(beir)
     assert c.name == "tiny"
-    assert c.doc_ids == ["d1", "d2", "d3", "d4"]
-    assert c.doc_text(0) == "Aspirin aspirin reduces fever"
-    assert c.doc_text(2) == " "  # empty documents are kept, exactly title + " " + text
-    assert c.doc_texts() == [c.doc_text(i) for i in range(4)]
+    assert list(c.doc_ids) == ["d1", "d2", "d3", "d4"] and c.num_docs == 4
+    assert c.doc_texts_at([0]) == ["Aspirin aspirin reduces fever"]
+    assert c.doc_texts_at([2]) == [" "]  # empty documents are kept, exactly title + " " + text
+    assert c.doc_texts() == c.doc_texts_at(range(4)) == [t for chunk in c.iter_doc_texts(3) for t in chunk]
+    assert c.doc_positions(["d4", "d404", "d1"]).tolist() == [3, -1, 0]
     assert c.splits == ["train", "dev", "test"]
     qids, texts, qrels = c.split("test")
     assert qids == ["11", "12"]
@@ -114,7 +114,7 @@ def tiny_collection(n_train=10) -> Collection:
     train = {f"t{i}": f"train {i}" for i in range(n_train)}
     test = {"x1": "test 1", "x2": "test 2"}
     return Collection(
-        "tiny", ["d"], [""], ["text"],
+        "tiny", MemoryCorpus(["d"], [""], ["text"]),
         queries={"train": train, "test": test},
         qrels={"train": {q: {"d": 1} for q in train}, "test": {q: {"d": 1} for q in test}},
     )
@@ -152,7 +152,8 @@ def test_carve_dev_keeps_at_least_one_query_on_each_side():
         (tiny_collection(), 1.0, "dev_fraction must be in"),
         (tiny_collection(n_train=1), 0.5, "need 2"),
         (carve_dev(tiny_collection(), 0.2, 0), 0.2, "already has a 'dev' split"),
-        (Collection("t", ["d"], [""], [""], {"test": {"q": "x"}}, {"test": {"q": {"d": 1}}}), 0.2, "no 'train'"),
+        (Collection("t", MemoryCorpus(["d"], [""], [""]), {"test": {"q": "x"}}, {"test": {"q": {"d": 1}}}), 0.2,
+         "no 'train'"),
     ],
 )
 def test_carve_dev_errors(collection, fraction, message):
@@ -302,7 +303,7 @@ def test_beir_tolerates_bom_crlf_blank_lines_and_integer_ids(tmp_path):
     write_qrels(root / "qrels" / "test.tsv", [("11", "1", 1), ("12", "2", 1)])
     (root / "qrels" / "train.tsv").unlink()
     c = load_beir(root)
-    assert c.doc_ids == ["1", "2"] and c.titles == ["", ""] and c.texts == ["x", "y"]
+    assert list(c.doc_ids) == ["1", "2"] and c.doc_texts() == [" x", " y"]
     assert c.splits == ["test"]
 
 
@@ -368,8 +369,8 @@ def test_trec_sgml_topics_jsonl_corpus(tmp_path):
     root = make_trec(tmp_path / "robust")
     c = load_trec(root / "topics.robust.txt", {"test": root / "qrels.test.txt"}, root / "corpus.jsonl")
     assert c.name == "robust"
-    assert c.doc_ids == ["FBIS3-1", "FBIS3-2", "LA-7"]
-    assert c.titles == ["Mafia", "", "Polio"] and c.texts[0] == "organized crime"
+    assert list(c.doc_ids) == ["FBIS3-1", "FBIS3-2", "LA-7"]
+    assert c.doc_texts() == ["Mafia organized crime", " weather", "Polio vaccines"]
     assert c.queries == {"test": {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}}
     assert c.qrels["test"] == {"301": {"FBIS3-1": 1, "FBIS3-2": 0}, "302": {"LA-7": 2}}
     both = load_trec(
@@ -393,7 +394,7 @@ def test_trec_tsv_topics_tsv_corpus_and_carving(tmp_path):
         dev_fraction=0.25,
         seed=3,
     )
-    assert c.titles == ["Title A", ""] and c.texts == ["Text A", "Text B"]
+    assert c.doc_texts() == ["Title A Text A", " Text B"]
     assert len(c.queries["dev"]) == 2 and len(c.queries["train"]) == 6
     assert c.queries["test"] == {"q8": "topic 8", "q9": "topic 9"}
 
@@ -438,7 +439,8 @@ def test_trec_gzip_corpus(tmp_path):
     with gzip.open(root / "corpus.jsonl.gz", "wb") as f:
         f.write((root / "corpus.jsonl").read_bytes())
     c = load_trec(root / "topics.robust.txt", {"test": root / "qrels.test.txt"}, root / "corpus.jsonl.gz")
-    assert c.doc_ids == ["FBIS3-1", "FBIS3-2", "LA-7"]
+    assert list(c.doc_ids) == ["FBIS3-1", "FBIS3-2", "LA-7"] and c.doc_texts_at([2, 0]) == ["Polio vaccines",
+                                                                                          "Mafia organized crime"]
     whole = gzip.compress("".join(f'{{"_id": "x{i}"}}\n' for i in range(5000)).encode())
     (root / "broken.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     with pytest.raises(DataError, match=r"broken\.jsonl\.gz:\d+: cannot read"):
@@ -462,7 +464,7 @@ def make_msmarco(root: Path) -> Path:
 
 def test_msmarco_dev_is_test_and_dev_is_carved(tmp_path):
     c = load_msmarco(make_msmarco(tmp_path / "msmarco"), dev_fraction=0.25, seed=0)
-    assert c.name == "msmarco" and len(c.doc_ids) == 20 and c.texts[3] == "passage 3"
+    assert c.name == "msmarco" and len(c.doc_ids) == 20 and c.doc_texts_at([3]) == [" passage 3"]
     assert set(c.queries["test"]) == {str(q) for q in range(900, 905)}
     assert c.qrels["test"]["900"] == {"0": 1}
     assert len(c.queries["dev"]) == 5 and len(c.queries["train"]) == 15
@@ -482,114 +484,6 @@ def test_msmarco_missing(tmp_path):
     (root / "qrels.train.tsv").unlink()
     with pytest.raises(DataError, match=r"qrels\.train\.tsv: file not found"):
         load_msmarco(root)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Nogueira & Cho HDF5 files
-# --------------------------------------------------------------------------------------------------------------
-
-VSTR = h5py.string_dtype("utf-8")
-
-
-def write_h5(path: Path, datasets: dict, fixed_bytes: bool = False) -> Path:
-    """Write string datasets, as variable-length UTF-8 or as fixed-length bytes (both occur in old files)."""
-    with h5py.File(path, "w") as f:
-        for key, rows in datasets.items():
-            if fixed_bytes:
-                f.create_dataset(key, data=np.array([r.encode() for r in rows]))
-            else:
-                f.create_dataset(key, data=rows, dtype=VSTR)
-    return path
-
-
-def make_msa(root: Path, fixed_bytes: bool = False, **overrides) -> tuple[Path, Path]:
-    root.mkdir(parents=True, exist_ok=True)
-    corpus = {
-        "title": ["Deep learning", "Café society", "Deep learning", "Word vectors", "Lucene"],
-        "text": ["nets", "coffee", "duplicate row", "embeddings", "search engine"],
-    }
-    dataset = {
-        "queries_train": ["Query reformulation", "Neural ranking", "Orphan paper"],
-        "doc_ids_train": [
-            "['Deep learning', 'Word vectors', 'A paper not in the corpus']",
-            "['Lucene']",
-            "['Missing one', 'Missing two']",
-        ],
-        # Python 2 wrote UTF-8 byte strings as escapes: read in Python 3 they are mojibake, repaired on lookup
-        "queries_valid": ["Coffee", "   "],
-        "doc_ids_valid": ["['Caf\\xc3\\xa9 society']", "['Lucene']"],
-        "queries_test": ["Vectors"],
-        "doc_ids_test": ["[u'Word vectors']"],
-    } | overrides
-    return (
-        write_h5(root / "msa_dataset.hdf5", dataset, fixed_bytes),
-        write_h5(root / "msa_corpus.hdf5", corpus, fixed_bytes),
-    )
-
-
-@pytest.mark.parametrize("fixed_bytes", [False, True])
-def test_hdf5_loads_and_warns_about_published_defects(tmp_path, caplog, fixed_bytes):
-    dataset, corpus = make_msa(tmp_path, fixed_bytes)
-    with caplog.at_level(logging.WARNING, logger="adaptive_ir.data"):
-        c = load_hdf5(dataset, corpus)
-    assert c.name == "msa"
-    assert c.doc_ids == ["Deep learning", "Café society", "Word vectors", "Lucene"]  # first row of a title kept
-    assert c.texts[0] == "nets" and c.doc_text(3) == "Lucene search engine"
-    assert c.splits == ["train", "dev", "test"]
-    assert c.queries["train"] == {"train-0": "Query reformulation", "train-1": "Neural ranking"}
-    assert c.qrels["train"] == {"train-0": {"Deep learning": 1, "Word vectors": 1}, "train-1": {"Lucene": 1}}
-    assert c.qrels["dev"] == {"dev-0": {"Café society": 1}}
-    assert c.qrels["test"] == {"test-0": {"Word vectors": 1}}
-    assert "dropped 1 corpus rows whose title repeats" in caplog.text
-    assert "dropped 3 cited titles not in the corpus" in caplog.text
-    assert "dropped 1 queries with empty text" in caplog.text
-    assert "dropped 1 queries left with no relevant document" in caplog.text and "train-2" in caplog.text
-
-
-def test_hdf5_missing_dataset_lists_what_is_there(tmp_path):
-    dataset, corpus = make_msa(tmp_path)
-    with h5py.File(dataset, "a") as f:
-        del f["doc_ids_valid"]
-    message = r"msa_dataset\.hdf5 \(key 'doc_ids_valid'\): dataset missing \(found: doc_ids_test, doc_ids_train, que"
-    with pytest.raises(DataError, match=message):
-        load_hdf5(dataset, corpus)
-
-
-@pytest.mark.parametrize(
-    "override, message",
-    [
-        ({"doc_ids_test": ["__import__('os').system('exit 3')"]}, r"doc_ids_test'\) row 0: not a Python list literal"),
-        ({"doc_ids_test": ["{'a': 1}"]}, r"doc_ids_test'\) row 0: expected a list of title strings"),
-        ({"doc_ids_test": ["['Lucene']", "['Lucene']"]}, r"'queries_test' has 1 rows but 'doc_ids_test' has 2"),
-    ],
-)
-def test_hdf5_bad_rows(tmp_path, override, message):
-    dataset, corpus = make_msa(tmp_path, **override)
-    with pytest.raises(DataError, match=message):
-        load_hdf5(dataset, corpus)
-
-
-def test_hdf5_not_strings_not_hdf5_and_missing(tmp_path):
-    dataset, corpus = make_msa(tmp_path)
-    with h5py.File(corpus, "a") as f:
-        del f["text"]
-        f["text"] = np.arange(5)
-    with pytest.raises(DataError, match=r"msa_corpus\.hdf5 \(key 'text'\): expected a 1-D array of strings"):
-        load_hdf5(dataset, corpus)
-    (tmp_path / "fake.hdf5").write_text("hello")
-    with pytest.raises(DataError, match="not a readable HDF5 file"):
-        load_hdf5(dataset, tmp_path / "fake.hdf5")
-    with pytest.raises(DataError, match="file not found; the HDF5 files are listed at https://github.com/nyu-dl"):
-        load_hdf5(dataset, tmp_path / "none.hdf5")
-
-
-def test_hdf5_bad_utf8_names_dataset_and_row(tmp_path):
-    dataset, corpus = make_msa(tmp_path)
-    with h5py.File(corpus, "a") as f:
-        del f["text"]
-        f["text"] = np.array([b"ok", b"ok", b"\xff\xfe", b"ok", b"ok"])
-    with pytest.raises(DataError, match=r"\(key 'text'\) row 2: not valid UTF-8"):
-        load_hdf5(dataset, corpus)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -616,11 +510,29 @@ class FakeDataset:
         return iter(self.qrels)
 
 
+class FakeStore:
+    def __init__(self):
+        self.asked: list[list[str]] = []
+
+    def get_many(self, ids):
+        self.asked.append(list(ids))
+        return {d.doc_id: d for d in FakeDataset.docs_iter(None) if d.doc_id in ids}
+
+
+class FakeStoreDataset(FakeDataset):
+    """A dataset with a docs_store (random access by id), as most ir_datasets corpora have."""
+
+    store = FakeStore()
+
+    def docs_store(self):
+        return self.store
+
+
 FAKE = {
     "beir/fake/train": FakeDataset(
         [Query(f"t{i}", f"train {i}") for i in range(5)], [Qrel(f"t{i}", "d1", 1, "0") for i in range(5)]
     ),
-    "beir/fake/test": FakeDataset(
+    "beir/fake/test": FakeStoreDataset(
         [TrecQuery("x", "topic title", "long description"), Query("y", "why")],
         [Qrel("x", "d2", 2, "0"), Qrel("y", "d3", 1, "0")],
     ),
@@ -641,14 +553,18 @@ def fake_ir_datasets(monkeypatch):
 def test_ir_datasets_mapping(fake_ir_datasets):
     c = load_ir_datasets({"train": "beir/fake/train", "test": "beir/fake/test"}, dev_fraction=0.2, seed=0)
     assert c.name == "beir-fake"
-    assert c.doc_ids == ["d1", "d2", "d3"] and c.titles == ["T1", "", "T3"] and c.texts == ["one", "two", "three"]
+    assert list(c.doc_ids) == ["d1", "d2", "d3"] and c.doc_texts() == ["T1 one", " two", "T3 three"]
+    assert c.doc_texts_at([2, 0]) == ["T3 three", "T1 one"]
     assert c.queries["test"] == {"x": "topic title", "y": "why"}
     assert c.qrels["test"] == {"x": {"d2": 2}, "y": {"d3": 1}}
     assert len(c.queries["dev"]) == 1 and len(c.queries["train"]) == 4
 
 
 def test_ir_datasets_single_id_and_errors(fake_ir_datasets):
-    assert load_ir_datasets("beir/fake/test").splits == ["test"]
+    c = load_ir_datasets("beir/fake/test")
+    assert c.splits == ["test"]
+    assert c.doc_texts_at([2, 1, 2]) == ["T3 three", " two", "T3 three"]  # from the store, by id
+    assert FakeStoreDataset.store.asked[-1] == ["d2", "d3"]
     with pytest.raises(DataError, match="does not end in a split"):
         load_ir_datasets("beir/fake")
     with pytest.raises(DataError, match="ir_datasets has no dataset 'beir/nope/test'"):
@@ -695,7 +611,7 @@ def test_default_shape(default_and_oracle):
         for q, text in c.queries[s].items():
             assert 2 <= len(text.split()) <= 5
             assert 5 <= len(c.qrels[s][q]) <= 25 and set(c.qrels[s][q].values()) == {1}
-    lengths = [len(t.split()) for t in c.texts]
+    lengths = [len(t.split()) for t in c.corpus.texts]
     assert 60 <= min(lengths) and max(lengths) <= 120
     texts = {s: set(c.queries[s].values()) for s in c.splits}
     assert not texts["test"] & texts["train"]  # no query text leaks from test into train
@@ -707,7 +623,7 @@ def test_default_is_deterministic_fast_and_seeded():
     assert time.perf_counter() - start < 2.0
     assert a == make_default(seed=13)
     b = make_default(seed=14)
-    assert b.texts != a.texts and b.queries != a.queries
+    assert b.corpus.texts != a.corpus.texts and b.queries != a.queries
 
 
 def test_default_words_survive_any_analyzer(default_and_oracle):
@@ -760,13 +676,6 @@ def test_load_collection_dispatches(tmp_path, beir, fake_ir_datasets):
     assert load_collection(cfg("beir", str(beir), 0.3), seed=5) == load_beir(beir, 0.3, 5)
     assert load_collection(cfg("trec", str(make_trec(tmp_path / "t"))), 0).queries["test"]["301"]
     assert load_collection(cfg("msmarco", str(make_msmarco(tmp_path / "m"))), 0).splits == ["train", "dev", "test"]
-    make_msa(tmp_path / "msa")
-    assert load_collection(cfg("msa", str(tmp_path / "msa")), 0).name == "msa"
-    car = tmp_path / "car"
-    for kind in ("dataset", "corpus"):  # the dl4ir-query-reformulator README spells them trec-car_*
-        car.mkdir(exist_ok=True)
-        (car / f"trec-car_{kind}.hdf5").write_bytes((tmp_path / "msa" / f"msa_{kind}.hdf5").read_bytes())
-    assert load_collection(cfg("trec_car", str(car)), 0).name == "trec_car"
     assert load_collection(cfg("ir_datasets", ir_datasets_id="beir/fake/test"), 0).splits == ["test"]
 
 
@@ -850,6 +759,6 @@ def test_classic_collections(name, docs, train_dev, test):
     assert len(c.queries["train"]) + len(c.queries["dev"]) == train_dev
     assert set(c.queries["dev"]).isdisjoint(c.queries["train"]) and set(c.queries["dev"]).isdisjoint(c.queries["test"])
     if name == "cranfield":
-        empty = [d for d, t, x in zip(c.doc_ids, c.titles, c.texts) if not t and not x]
+        empty = [d for d, t in zip(c.doc_ids, c.doc_texts()) if t == " "]
         assert empty == ["471", "995"]  # empty in the original, kept
         assert max(g for j in c.qrels["test"].values() for g in j.values()) == 4

@@ -343,7 +343,7 @@ def write_beir_from_default(root: Path) -> Path:
     """The embedded default collection as BEIR files, plus one document no query judges."""
     c = make_default()
     (root / "qrels").mkdir(parents=True)
-    docs = [{"_id": d, "title": t, "text": x} for d, t, x in zip(c.doc_ids, c.titles, c.texts)]
+    docs = [{"_id": d, "title": t, "text": x} for d, t, x in zip(c.doc_ids, c.corpus.titles, c.corpus.texts)]
     docs.append({"_id": "UNJUDGED", "title": "", "text": "zyxwvut quorbable flimflammery"})
     (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     queries = {q: t for split in c.queries.values() for q, t in split.items()}
