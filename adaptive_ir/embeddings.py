@@ -46,14 +46,17 @@ class LSAEmbedder:
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfTransformer
 
-        tfidf = TfidfTransformer(sublinear_tf=True).fit(corpus.doc_tf)
-        dim = min(dim, min(corpus.doc_tf.shape) - 1)
-        svd = TruncatedSVD(n_components=max(1, dim), random_state=seed).fit(tfidf.transform(corpus.doc_tf))
+        counts = corpus.matrix()  # the fit reads every document: the one place the whole matrix is formed
+        tfidf = TfidfTransformer(sublinear_tf=True).fit(counts)
+        dim = min(dim, min(counts.shape) - 1)
+        svd = TruncatedSVD(n_components=max(1, dim), random_state=seed).fit(tfidf.transform(counts))
+        del counts
         self.term_vectors = (svd.components_.T * svd.singular_values_).astype(np.float32)
         self.idf = tfidf.idf_.astype(np.float32)
         self.vocab, self.analyzer = corpus.vocab, analyzer
         self.identity = {"provider": "lsa", "dim": int(self.term_vectors.shape[1]), "seed": seed,
-                         "corpus": fingerprint(corpus.doc_tf.shape, int(corpus.doc_tf.nnz), corpus.vocab.terms[:50])}
+                         "corpus": fingerprint((corpus.num_docs, len(corpus.vocab)), corpus.num_postings,
+                                               corpus.vocab.terms[:50])}
 
     @property
     def dim(self) -> int:

@@ -28,7 +28,6 @@ def test_candidates_contents_and_features(world):
     cands, miner, r = world.cands, world.miner, world.retriever
     terms = r.encode(world.texts)
     _, fb_idx = r.search(terms, k=miner.top_k0)
-    tf = r.corpus.doc_tf
     assert cands.terms.shape == (len(terms), miner.max_candidates)
     assert cands.features.shape == (*cands.terms.shape, len(miner.feature_names))
     for i, q in enumerate(terms):
@@ -41,7 +40,7 @@ def test_candidates_contents_and_features(world):
         assert not set(got.tolist()) & set(q)
         assert not {r.vocab.terms[t] for t in got} & set(STOPWORDS_EN)
         # every candidate occurs in one of the query's feedback documents
-        in_feedback = np.asarray(tf[fb_idx[i]].sum(0)).ravel() > 0
+        in_feedback = np.asarray(r.corpus.rows(fb_idx[i]).sum(0)).ravel() > 0
         assert in_feedback[got].all()
         f = cands.features[i]
         assert (f[m:] == 0).all()
@@ -111,7 +110,7 @@ def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch
 @pytest.fixture(scope="module")
 def tiny_corpus():
     analyzer = Analyzer()
-    return CorpusTerms.build(TINY_DOCS, analyzer), analyzer
+    return CorpusTerms.build([TINY_DOCS], analyzer), analyzer
 
 
 def test_lsa_deterministic_normalised(tiny_corpus):

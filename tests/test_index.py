@@ -20,7 +20,7 @@ K1, B = 1.5, 0.75
 
 def _setup(texts: list[str], queries: list[str]):
     analyzer = Analyzer()
-    corpus = CorpusTerms.build(texts, analyzer)
+    corpus = CorpusTerms.build([texts], analyzer)
     doc_tokens = [analyzer.tokenize(t) for t in texts]
     # out-of-vocabulary query words score 0 in both libraries; drop them so both get the same tokens
     q_tokens = [[w for w in analyzer.tokenize(q) if w in corpus.vocab.ids] for q in queries]
@@ -72,7 +72,7 @@ def test_parity_scifact():
 
 @pytest.fixture(scope="module")
 def tiny():
-    corpus = CorpusTerms.build(TINY_DOCS, Analyzer())
+    corpus = CorpusTerms.build([TINY_DOCS], Analyzer())
     return corpus, BM25Index.build(corpus, K1, B)
 
 
@@ -148,3 +148,70 @@ def test_search_k_capped_and_empty_batch(tiny):
     assert sorted(i[0].tolist()) == list(range(index.num_docs))
     s, i = index.search(torch.empty((0, 2), dtype=torch.long), k=3)
     assert s.shape == (0, 3) and i.dtype == torch.long
+
+
+MIXED_DOCS = [
+    "Über-große Café NAÏVE résumé — the İstanbul test, a b c x1 y_2 __init__",
+    "plain ASCII text: Fox, fox; FOX! a fox and 42 foxes\x01between\x1cseparators",
+    "",
+    "ünïcödé ß straße STRASSE 東京 tokyo 東京 東京",
+    "quick quick quick brown",
+    "",
+    "word\twith\ttabs\nand\nnewlines and the stopwords of it",
+    "ümlaut ONLY",
+]
+
+
+def _bm25s_arrays(corpus: CorpusTerms, k1: float, b: float):
+    """bm25s' own CSC arrays for our term ids (it indexes the documents as lists of our ids)."""
+    ref = bm25s.BM25(k1=k1, b=b, method="lucene")
+    ref.index((corpus.doc_token_ids(), {str(i): i for i in range(len(corpus.vocab))}), show_progress=False)
+    return ref.scores["data"], ref.scores["indices"], ref.scores["indptr"]
+
+
+def _streamed(texts: list[str], chunk: int) -> CorpusTerms:
+    return CorpusTerms.build((texts[i:i + chunk] for i in range(0, len(texts), chunk)), Analyzer(), len(texts))
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 100])
+def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk):
+    texts = MIXED_DOCS + TINY_DOCS
+    analyzer = Analyzer()
+    whole, streamed = CorpusTerms.build([texts], analyzer), _streamed(texts, chunk)
+    # the vocabulary is every kept token in order of first occurrence, as the analyzer tokenizes each document
+    tokens = [analyzer.tokenize(t) for t in texts]
+    assert streamed.vocab.terms == list(dict.fromkeys(t for doc in tokens for t in doc))
+    assert {"über", "große", "東京", "x1", "y_2", "__init__", "between", "separators"} <= set(streamed.vocab.ids)
+    assert not {"a", "b", "c", "the", "and", "\x01"} & set(streamed.vocab.ids)
+    for name in ("doc_len", "indptr", "terms", "tf"):
+        assert np.array_equal(getattr(whole, name), getattr(streamed, name)), name
+    # the forward index holds each document's term counts exactly
+    for d, doc in enumerate(tokens):
+        lo, hi = streamed.indptr[d], streamed.indptr[d + 1]
+        counts = {streamed.vocab.terms[t]: int(f) for t, f in zip(streamed.terms[lo:hi], streamed.tf[lo:hi])}
+        assert counts == {w: doc.count(w) for w in doc} and streamed.doc_len[d] == len(doc)
+    index = BM25Index.build(streamed, K1, B)
+    data, indices, indptr = _bm25s_arrays(streamed, K1, B)
+    assert index.indices.dtype == torch.int32
+    assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
+    assert np.array_equal(index.data.numpy(), data)  # bit for bit
+    # the miner's per-posting impacts are the index's numbers
+    docs = np.repeat(np.arange(streamed.num_docs), np.diff(streamed.indptr))
+    impacts = index.weights.impacts(streamed.terms, streamed.tf, streamed.doc_len[docs])
+    by_posting = dict(zip(zip(docs.tolist(), streamed.terms.tolist()), impacts.tolist()))
+    csc = {(d, t): v for t in range(index.vocab_size)
+           for d, v in zip(*(a.tolist() for a in index.term_impacts(t)))}
+    assert by_posting == csc
+
+
+def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
+    import adaptive_ir.index as index_module
+
+    texts = beir("scifact").doc_texts()
+    monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", 10_000)  # many counting-sort blocks
+    corpus = _streamed(texts, 997)
+    index = BM25Index.build(corpus, K1, B)
+    data, indices, indptr = _bm25s_arrays(corpus, K1, B)
+    assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
+    np.testing.assert_array_equal(index.data.numpy(), data)
+    assert corpus.vocab.terms == CorpusTerms.build([texts], Analyzer()).vocab.terms
