@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -108,7 +109,11 @@ class SemanticFeedback:
     """
 
     def __init__(self, doc_vectors: np.ndarray, depth: int, identity: dict):
-        self.doc_vectors = torch.as_tensor(doc_vectors, dtype=torch.float32)
+        """``doc_vectors``: (num_docs, D), e.g. the float16 memory-mapped file of ``encode_corpus`` (not copied:
+        only the rows of each query's BM25 documents are read, and compared in float32)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.doc_vectors = torch.as_tensor(doc_vectors)
         self.depth = depth
         self.identity = identity
 
@@ -122,7 +127,7 @@ class SemanticFeedback:
         for lo in range(0, len(bm25_idx), chunk):
             idx = torch.as_tensor(bm25_idx[lo:lo + chunk])
             q = torch.as_tensor(query_vectors[lo:lo + chunk], dtype=torch.float32)
-            sim = torch.einsum("qd,qkd->qk", q, self.doc_vectors[idx])
+            sim = torch.einsum("qd,qkd->qk", q, self.doc_vectors[idx].float())
             # documents that match no query word are topk's filler, not BM25 results
             sim = sim.masked_fill(torch.as_tensor(bm25_scores[lo:lo + chunk]) <= 0, -torch.inf)
             best, pos = torch.topk(sim, k, dim=1)

@@ -136,20 +136,8 @@ class BM25Index:
                 end = np.searchsorted(corpus.indptr, corpus.indptr[d0] + _BLOCK_POSTINGS, "right") - 1
                 d1 = min(n, max(d0 + 1, int(end)))
                 lo, hi = int(corpus.indptr[d0]), int(corpus.indptr[d1])
-                docs = np.repeat(np.arange(d0, d1, dtype=np.int32), np.diff(corpus.indptr[d0:d1 + 1]))
-                terms = corpus.terms[lo:hi]
-                impact = weights.impacts(terms, corpus.tf[lo:hi], corpus.doc_len[docs])
-                # counting sort: sort the block by (term, position) — documents stay ascending within a term —
-                # then each posting goes to its term's next free slot plus its rank among the block's postings
-                # of that term
-                key = (terms.astype(np.int64) << 32) | np.arange(hi - lo, dtype=np.int64)
-                key.sort()
-                order, sorted_terms = key & 0xFFFFFFFF, key >> 32
-                starts = np.flatnonzero(np.concatenate([[True], sorted_terms[1:] != sorted_terms[:-1]]))
-                run = np.diff(np.append(starts, len(key)))
-                slot = heads[sorted_terms] + np.arange(len(key)) - np.repeat(starts, run)
-                data[slot], indices[slot] = impact[order], docs[order]
-                heads[sorted_terms[starts]] += run
+                if hi > lo:
+                    _place_block(corpus, weights, d0, d1, heads, data, indices)
                 bar.update(hi - lo)
                 d0 = d1
         return cls(data, indices, indptr, n, meta)
@@ -245,6 +233,26 @@ class BM25Index:
         mode = "r" if mmap else None
         arrays = [np.load(folder / f"{n}.npy", mmap_mode=mode) for n in ("data", "indices", "indptr")]
         return cls(*arrays, num_docs=meta["num_docs"], meta=meta)
+
+
+def _place_block(corpus: CorpusTerms, weights: BM25Weights, d0: int, d1: int, heads: np.ndarray,
+                 data: np.ndarray, indices: np.ndarray) -> None:
+    """Counting-sort step for documents d0..d1-1: write their postings' impacts and document ids at their terms'
+    next free slots (``heads``, advanced)."""
+    lo, hi = int(corpus.indptr[d0]), int(corpus.indptr[d1])
+    docs = np.repeat(np.arange(d0, d1, dtype=np.int32), np.diff(corpus.indptr[d0:d1 + 1]))
+    terms = corpus.terms[lo:hi]
+    impact = weights.impacts(terms, corpus.tf[lo:hi], corpus.doc_len[docs])
+    # sort the block by (term, position): documents stay ascending within a term; a posting's slot is its term's
+    # next free slot plus its rank among the block's postings of that term
+    key = (terms.astype(np.int64) << 32) | np.arange(hi - lo, dtype=np.int64)
+    key.sort()
+    order, sorted_terms = key & 0xFFFFFFFF, key >> 32
+    starts = np.flatnonzero(np.concatenate([[True], sorted_terms[1:] != sorted_terms[:-1]]))
+    run = np.diff(np.append(starts, len(key)))
+    slot = heads[sorted_terms] + np.arange(len(key)) - np.repeat(starts, run)
+    data[slot], indices[slot] = impact[order], docs[order]
+    heads[sorted_terms[starts]] += run
 
 
 def idf_lucene(df: np.ndarray, num_docs: int) -> np.ndarray:

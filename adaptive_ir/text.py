@@ -152,6 +152,8 @@ class CorpusTerms:
         parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": []}
         with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
             for texts in chunks:
+                if isinstance(texts, str):
+                    raise TypeError("CorpusTerms.build reads chunks (lists) of document texts, not single texts")
                 ids, docs = table.analyze(texts)
                 # one sort per chunk turns tokens into (document, term, count) triples, documents in order and
                 # terms ascending within each document

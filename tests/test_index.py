@@ -67,7 +67,7 @@ def test_parity_tiny_corpus():
 def test_parity_scifact():
     coll = beir("scifact")
     qids, texts, _ = coll.split("test")
-    _parity(coll.doc_texts(), texts[:25], k=100)
+    _parity([t for chunk in coll.iter_doc_texts() for t in chunk], texts[:25], k=100)
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +173,11 @@ def _streamed(texts: list[str], chunk: int) -> CorpusTerms:
     return CorpusTerms.build((texts[i:i + chunk] for i in range(0, len(texts), chunk)), Analyzer(), len(texts))
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 3, 100])
-def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk):
+@pytest.mark.parametrize("chunk,block", [(1, 1), (2, 3), (3, 1 << 20), (100, 7)])
+def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, block, monkeypatch):
+    import adaptive_ir.index as index_module
+
+    monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", block)  # counting-sort blocks, some of empty documents
     texts = MIXED_DOCS + TINY_DOCS
     analyzer = Analyzer()
     whole, streamed = CorpusTerms.build([texts], analyzer), _streamed(texts, chunk)
@@ -207,7 +210,7 @@ def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk):
 def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
     import adaptive_ir.index as index_module
 
-    texts = beir("scifact").doc_texts()
+    texts = [t for chunk in beir("scifact").iter_doc_texts() for t in chunk]
     monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", 10_000)  # many counting-sort blocks
     corpus = _streamed(texts, 997)
     index = BM25Index.build(corpus, K1, B)
