@@ -64,8 +64,7 @@ class Retriever:
         with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:
             for chunk in _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest):
                 bar.update(len(chunk))
-        key = fingerprint("index", digest.hexdigest(), analyzer.identity, k1, b, idf)
-        folder = Path(cache_dir) / f"index-{key}"
+        folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer)
         if (folder / "params.json").is_file():
             try:
                 retriever = cls.load(folder, collection.doc_ids, device)
@@ -133,6 +132,13 @@ class Retriever:
         ids, w = self.index.pad(queries, weights)
         scores, idx = self.index.search(ids, w if weights is not None else None, k=k)
         return scores.cpu().numpy(), idx.cpu().numpy()
+
+
+def index_folder(cache_dir: str | Path, corpus_sha256: str, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
+                 analyzer: Analyzer | None = None) -> Path:
+    """Where the index of a corpus (by content) with these settings is kept under ``cache_dir``."""
+    identity = (analyzer or Analyzer()).identity
+    return Path(cache_dir) / f"index-{fingerprint('index', corpus_sha256, identity, k1, b, idf)}"
 
 
 def _hashing(chunks: Iterable[list[str]], digest) -> Iterator[list[str]]:

@@ -165,10 +165,12 @@ class CorpusTerms:
                 parts["terms"].append((keys - doc_of * width).astype(np.int32))
                 parts["tf"].append(tf.astype(np.uint16 if tf.size == 0 or tf.max() < 2 ** 16 else np.uint32))
                 bar.update(len(texts))
+        terms = table.terms()
+        table.ids.clear()  # freed before the final vocabulary dict is made: one big dict at a time
         distinct = _concat(parts.pop("distinct"))
         indptr = np.zeros(len(distinct) + 1, dtype=np.int64)
         np.cumsum(distinct, out=indptr[1:])
-        return cls(vocab=Vocabulary.from_terms(table.terms()), doc_len=_concat(parts.pop("doc_len"), np.float32),
+        return cls(vocab=Vocabulary.from_terms(terms), doc_len=_concat(parts.pop("doc_len"), np.float32),
                    indptr=indptr, terms=_concat(parts.pop("terms"), np.int32), tf=_concat(parts.pop("tf")))
 
     @property

@@ -218,3 +218,46 @@ def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
     assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
     np.testing.assert_array_equal(index.data.numpy(), data)
     assert corpus.vocab.terms == CorpusTerms.build([texts], Analyzer()).vocab.terms
+
+
+def _collection(texts: list[str]):
+    from adaptive_ir.data import Collection
+
+    return Collection("cached", [f"d{i}" for i in range(len(texts))], [""] * len(texts), texts, {}, {})
+
+
+def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
+    from adaptive_ir.retrieval import Retriever
+
+    texts = MIXED_DOCS + TINY_DOCS
+    built = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    (folder,) = tmp_path.iterdir()  # one folder, no temporary left behind
+    assert folder.name.startswith("index-") and (folder / "params.json").is_file()
+    assert isinstance(built.corpus.terms, np.memmap) and isinstance(built.corpus.doc_len, np.memmap)
+    fresh = Retriever.build(_collection(texts), K1, B, "okapi")
+    assert built.vocab.terms == fresh.vocab.terms and built.index.meta == fresh.index.meta
+    assert built.corpus_sha256 == fresh.corpus_sha256
+    for name in ("data", "indices", "indptr"):
+        assert torch.equal(getattr(built.index, name), getattr(fresh.index, name)), name
+    for name in ("doc_len", "indptr", "terms", "tf"):
+        assert np.array_equal(getattr(built.corpus, name), getattr(fresh.corpus, name)), name
+    q = fresh.encode(TINY_QUERIES)
+    assert all(np.array_equal(a, b) for a, b in zip(built.search(q, k=4), fresh.search(q, k=4)))
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was built again although it is saved")
+
+    monkeypatch.setattr(CorpusTerms, "build", no_build)
+    again = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    assert torch.equal(again.index.data, fresh.index.data)
+    monkeypatch.undo()
+    # another corpus content, or other BM25 parameters: another index
+    Retriever.cached(_collection(texts[:-1] + ["changed"]), tmp_path, K1, B, "okapi")
+    Retriever.cached(_collection(texts), tmp_path, K1, B, "lucene")
+    assert len(list(tmp_path.iterdir())) == 3
+    # a damaged copy (here: arrays that disagree with params.json) is rebuilt, with a warning
+    np.save(folder / "doc_terms.npy", np.zeros(3, np.int32))
+    with caplog.at_level("WARNING"):
+        rebuilt = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    assert "damaged" in caplog.text
+    assert np.array_equal(rebuilt.corpus.terms, fresh.corpus.terms)
