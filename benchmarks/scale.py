@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bm25s.stopwords import STOPWORDS_EN as STOPWORDS
 
 import _common as common
 
@@ -59,8 +60,6 @@ def _word(rank: int) -> str:
 
 def generate(folder: Path, num_docs: int, args) -> Path:
     """Write the synthetic BEIR folder (skipped when one with the same settings is there already)."""
-    from bm25s.stopwords import STOPWORDS_EN
-
     settings = {"num_docs": num_docs, "vocab": args.vocab, "zipf": args.zipf, "doc_len": args.doc_len,
                 "non_ascii": args.non_ascii, "queries": [args.train_queries, args.test_queries], "seed": args.seed}
     marker = folder / "settings.json"
@@ -69,12 +68,11 @@ def generate(folder: Path, num_docs: int, args) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "qrels").mkdir(parents=True)
     rng = np.random.default_rng(args.seed)
-    stop = sorted(STOPWORDS_EN)
-    words, rank = list(stop), 0
+    words, rank = sorted(STOPWORDS), 0
     while len(words) < args.vocab:
         w = _word(rank)
         rank += 1
-        if w not in STOPWORDS_EN:
+        if w not in STOPWORDS:
             words.append(w)
     words = np.array(words, dtype=object)
     cdf = np.cumsum(1.0 / np.arange(1, args.vocab + 1) ** args.zipf)
@@ -253,6 +251,9 @@ def run_worker(kind: str, data_dir: Path, cache_dir: Path, out_dir: Path, args) 
         cmd += ["--threads", str(args.threads)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 and kind == "bm25s":  # e.g. killed for memory on a big corpus: a result too
+        print(f"bm25s failed on {data_dir} (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return {"error": f"exit {proc.returncode}", "process_wall_s": time.perf_counter() - t0}
     if proc.returncode != 0:
         raise SystemExit(f"{kind} worker failed on {data_dir}:\n{proc.stderr[-4000:]}")
     out = json.loads(result.read_text())
@@ -278,15 +279,17 @@ def measure(data_dir: Path, args, work: Path) -> dict:
     out.mkdir(parents=True)
     row = {kind: run_worker(kind, data_dir, cache, out, args) for kind in ("ours", "bm25s", "rollout")}
     row["num_docs"] = row["ours"]["num_docs"]
+    shutil.rmtree(cache, ignore_errors=True)
+    o, b = row["ours"], row["bm25s"]
+    if "error" in b:
+        return row
     ours, ref = (dict(np.load(out / f"{k}_topk.npz")) for k in ("ours", "bm25s"))
     row["topk_identical"] = same_topk(ours, ref)
-    o, b = row["ours"], row["bm25s"]
     row["ratio"] = {"build_time": o["build_s"] / b["build_s"],
                     "peak_rss_build_search": o["peak_rss_build_search"] / b["peak_rss_build"],
                     "search_queries_per_s": o["queries_per_s"] / b["queries_per_s"]}
     row["goals"] = {"peak_rss_le_bm25s": o["peak_rss_build_search"] <= b["peak_rss_build"],
                     "build_time_le_bm25s": o["build_s"] <= b["build_s"]}
-    shutil.rmtree(cache, ignore_errors=True)
     return row
 
 
@@ -302,9 +305,11 @@ def plot(rows: list[dict], args, name: str) -> str:
               ("peak RSS (GiB): ours build + search, bm25s tokenize + index",
                lambda r, k: r[k]["peak_rss_build_search" if k == "ours" else "peak_rss_build"] / 2 ** 30),
               ("search queries / s", lambda r, k: r[k]["queries_per_s"])]
+    ref = [r for r in rows if "error" not in r["bm25s"]]
     for ax, (label, get) in zip(axes, panels):
         ax.plot(n, [get(r, "ours") for r in rows], "o-", label="ours")
-        ax.plot(n, [get(r, "bm25s") for r in rows], "s--", label="bm25s (tokenize + index; retrieve 1 thread)")
+        ax.plot([r["num_docs"] for r in ref], [get(r, "bm25s") for r in ref], "s--",
+                label="bm25s (tokenize + index; retrieve 1 thread)")
         ax.set(xscale="log", yscale="log", xlabel="documents", ylabel=label)
     axes[2].plot(n, [r["rollout"]["episodes_per_s"] for r in rows], "^:", label="rollout episodes / s (ours)")
     axes[2].set(ylabel="per second")
@@ -350,9 +355,10 @@ def main() -> None:
                    **measure(folder, args, work)}
             rows.append(row)
             o, b = row["ours"], row["bm25s"]
-            print(f"{size:>9,} docs  build {o['build_s']:7.1f} s vs bm25s {b['build_s']:7.1f} s   peak RSS "
-                  f"{o['peak_rss_build_search'] / 2**30:5.2f} vs {b['peak_rss_build'] / 2**30:5.2f} GiB   search "
-                  f"{o['queries_per_s']:8.0f} vs {b['queries_per_s']:6.0f} q/s   rollout "
+            print(f"{size:>9,} docs  build {o['build_s']:7.1f} s vs bm25s {b.get('build_s', float('nan')):7.1f} s  "
+                  f" peak RSS {o['peak_rss_build_search'] / 2**30:5.2f} vs "
+                  f"{b.get('peak_rss_build', float('nan')) / 2**30:5.2f} GiB   search {o['queries_per_s']:8.0f} vs "
+                  f"{b.get('queries_per_s', float('nan')):6.0f} q/s   rollout "
                   f"{row['rollout']['episodes_per_s']:6.0f} episodes/s", flush=True)
     finally:
         if not args.work_dir:
