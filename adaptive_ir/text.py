@@ -76,6 +76,8 @@ class _TermTable:
 
     def analyze(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(term ids, position of the document in ``texts``) of every kept token of a chunk, in order."""
+        if not texts:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
         ascii_doc = np.fromiter(map(str.isascii, texts), dtype=bool, count=len(texts))
         cuts = np.flatnonzero(np.diff(ascii_doc)) + 1
         ids, docs = [], []

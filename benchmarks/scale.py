@@ -165,10 +165,11 @@ def worker_bm25s(args) -> dict:
     import bm25s
 
     collection = common.load_collection(args.data_dir)
-    texts = [t for chunk in collection.iter_doc_texts() for t in chunk]
     out = {"rss_loaded": _rss(), "num_docs": collection.num_docs}
     t0 = time.perf_counter()
-    tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
+    # bm25s.tokenize iterates its input: it gets the documents streamed, as our build does
+    tokens = bm25s.tokenize((t for chunk in collection.iter_doc_texts() for t in chunk), stopwords="en",
+                            show_progress=False)
     out["tokenize_s"] = time.perf_counter() - t0
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     retriever.index(tokens, show_progress=False)
