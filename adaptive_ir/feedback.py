@@ -68,7 +68,7 @@ def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.nda
     """
     length = corpus.doc_len[doc_idx]
     weight = np.where((doc_scores > 0) & (length > 0), doc_scores / np.maximum(length, 1), 0.0)
-    rows = rows or FeedbackRows(corpus, doc_idx)
+    rows = FeedbackRows(corpus, doc_idx) if rows is None else rows
     return (rows.weights(weight) @ rows.tf).tocsr()
 
 

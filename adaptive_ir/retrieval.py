@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .data import Collection
 
 log = logging.getLogger(__name__)
-CHUNK_DOCS = 8192
+CHUNK_DOCS = 2048
 """Documents per chunk read from the collection while indexing (the chunk's tokens are its working memory)."""
 
 
