@@ -26,7 +26,7 @@ from .text import CorpusTerms
 
 IDF_VARIANTS = ("lucene", "okapi")
 _FORMAT = "adaptive-ir-bm25/2"
-_BLOCK_POSTINGS = 1 << 18
+_BLOCK_POSTINGS = 1 << 16
 """Postings per block of the counting sort (its temporaries take about 60 bytes per posting)."""
 
 

@@ -32,6 +32,8 @@ TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 _ASCII_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_")
 _ASCII_TO_SPACE = bytes(c if c in _ASCII_WORD else 0x20 for c in range(256))
 _SEPARATOR = "\x01"  # between documents of an ASCII run; the table turns any \x01 of a document into a space
+_ANALYZE_CHARS = 1 << 18
+"""Characters of text analyzed at once (about 40k tokens of English)."""
 
 
 class Analyzer:
@@ -153,20 +155,21 @@ class CorpusTerms:
         table = _TermTable(analyzer)
         parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": []}
         with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
-            for texts in chunks:
-                if isinstance(texts, str):
+            for chunk in chunks:
+                if isinstance(chunk, str):
                     raise TypeError("CorpusTerms.build reads chunks (lists) of document texts, not single texts")
-                ids, docs = table.analyze(texts)
-                # one sort per chunk turns tokens into (document, term, count) triples, documents in order and
-                # terms ascending within each document
-                width = len(table)
-                keys, tf = np.unique(docs.astype(np.int64) * width + ids, return_counts=True)
-                doc_of = keys // width
-                parts["doc_len"].append(np.bincount(docs, minlength=len(texts)).astype(np.float32))
-                parts["distinct"].append(np.bincount(doc_of, minlength=len(texts)))
-                parts["terms"].append((keys - doc_of * width).astype(np.int32))
-                parts["tf"].append(tf.astype(np.uint16 if tf.size == 0 or tf.max() < 2 ** 16 else np.uint32))
-                bar.update(len(texts))
+                for texts in _by_size(chunk):
+                    ids, docs = table.analyze(texts)
+                    # one sort turns tokens into (document, term, count) triples, documents in order and terms
+                    # ascending within each document
+                    width = len(table)
+                    keys, tf = np.unique(docs.astype(np.int64) * width + ids, return_counts=True)
+                    doc_of = keys // width
+                    parts["doc_len"].append(np.bincount(docs, minlength=len(texts)).astype(np.float32))
+                    parts["distinct"].append(np.bincount(doc_of, minlength=len(texts)))
+                    parts["terms"].append((keys - doc_of * width).astype(np.int32))
+                    parts["tf"].append(tf.astype(np.uint16 if tf.size == 0 or tf.max() < 2 ** 16 else np.uint32))
+                bar.update(len(chunk))
         terms = table.terms()
         table.ids.clear()  # freed before the final vocabulary dict is made: one big dict at a time
         distinct = _concat(parts.pop("distinct"))
@@ -225,6 +228,15 @@ class CorpusTerms:
         arrays = [np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS]
         vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")))
         return cls(vocab, *arrays)
+
+
+def _by_size(texts: list[str]) -> Iterable[list[str]]:
+    """``texts`` in consecutive runs of about ``_ANALYZE_CHARS`` characters: a run's tokens, one Python string
+    each, are the build's working memory, so it is bounded by text size, not by a count of documents."""
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    cuts = np.searchsorted(ends, np.arange(_ANALYZE_CHARS, ends[-1] if len(ends) else 0, _ANALYZE_CHARS), "left")
+    bounds = [0, *dict.fromkeys(c for c in (cuts + 1).tolist() if c < len(texts)), len(texts)]
+    return (texts[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo)
 
 
 def _concat(parts: list[np.ndarray], dtype=None) -> np.ndarray:

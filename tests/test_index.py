@@ -173,14 +173,18 @@ def _streamed(texts: list[str], chunk: int) -> CorpusTerms:
     return CorpusTerms.build((texts[i:i + chunk] for i in range(0, len(texts), chunk)), Analyzer(), len(texts))
 
 
-@pytest.mark.parametrize("chunk,block", [(1, 1), (2, 3), (3, 1 << 20), (100, 7)])
-def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, block, monkeypatch):
+@pytest.mark.parametrize("chunk,chars,block", [(1, 1 << 20, 1), (2, 1 << 20, 3), (3, 1 << 20, 1 << 20),
+                                                (100, 40, 7), (100, 1, 1 << 20)])
+def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, block, monkeypatch):
     import adaptive_ir.index as index_module
+    import adaptive_ir.text as text_module
 
-    monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", block)  # counting-sort blocks, some of empty documents
     texts = MIXED_DOCS + TINY_DOCS
     analyzer = Analyzer()
-    whole, streamed = CorpusTerms.build([texts], analyzer), _streamed(texts, chunk)
+    whole = CorpusTerms.build([texts], analyzer)
+    monkeypatch.setattr(text_module, "_ANALYZE_CHARS", chars)  # chunks analyzed in runs of about this much text
+    monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", block)  # counting-sort blocks, some of empty documents
+    streamed = _streamed(texts, chunk)
     # the vocabulary is every kept token in order of first occurrence, as the analyzer tokenizes each document
     tokens = [analyzer.tokenize(t) for t in texts]
     assert streamed.vocab.terms == list(dict.fromkeys(t for doc in tokens for t in doc))
