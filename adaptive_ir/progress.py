@@ -12,6 +12,8 @@ import time
 from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
+LOG_AFTER_S = 5.0
+"""Jobs estimated to finish sooner than this get no estimate in the log."""
 
 
 def duration(seconds: float) -> str:
@@ -40,6 +42,8 @@ class Progress:
         if not self.estimated and n and left > 0:
             self.estimated = True
             rate = n / max(time.perf_counter() - self.start, 1e-9)
+            if left / rate < LOG_AFTER_S:
+                return
             log.info("%s: %d %ss at %.0f %ss/s (measured on the first %d): about %s for the remaining %d",
                      self.desc, self.total, self.unit, rate, self.unit, n, duration(left / rate), left)
 

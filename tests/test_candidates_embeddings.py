@@ -378,3 +378,22 @@ def test_corpus_encode_resumes_after_interruption(tmp_path):
     fifth = Flaky()
     encode_corpus(fifth, coll, folder, {**meta, "corpus": "other"}, chunk_docs=step, progress=False)
     assert sum(fifth.calls) == n
+
+
+def test_progress_logs_how_long_the_rest_will_take(monkeypatch, caplog):
+    import adaptive_ir.progress as progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    with caplog.at_level("INFO", logger="adaptive_ir.progress"):
+        with progress.Progress(10_000, "encode documents", "doc", enabled=False) as bar:
+            now[0] = 2.0
+            bar.update(100)  # 50 documents/s measured on the first chunk
+            now[0] = 9.0
+            bar.update(100)  # later chunks are not logged
+        with progress.Progress(200, "tiny job", "doc", enabled=False) as bar:
+            now[0] = 10.0
+            bar.update(100)  # the rest takes well under LOG_AFTER_S: no log line
+    assert [r.getMessage() for r in caplog.records] == [
+        "encode documents: 10000 docs at 50 docs/s (measured on the first 100): about 3 min 18 s for the "
+        "remaining 9900"]
