@@ -13,8 +13,10 @@ top ``top_k_per_method`` terms is ranked by the mean normalised score, terms und
 more than ``min_candidates`` remain, and the best ``max_candidates`` are kept. Features per candidate: the
 normalised method scores, the mean, log-df / log-N, and the fraction of feedback docs containing the term.
 
-The work is sparse matrix products over a chunk of queries at a time, run on a thread pool (scipy's sparse
-products and numpy release the GIL for the heavy parts); ``benchmarks/rollout.py`` times mining.
+The work is one batched feedback search and a few sparse matrix products per chunk of queries, over the rows of
+the chunk's feedback documents only (read from the index's forward arrays, impacts recomputed bit-identically),
+run on a thread pool (torch, scipy's sparse products and numpy release the GIL for the heavy parts), with a
+progress bar and an up-front time estimate; ``benchmarks/rollout.py`` and ``benchmarks/scale.py`` time mining.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import numpy as np
 import scipy.sparse as sp
 import Stemmer
 
-from .feedback import SemanticFeedback, feedback_documents, feedback_matrix, relevance_model
+from .feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
 from .index import idf_lucene
 from .io import fingerprint, load_arrays, save_arrays, sha256
+from .progress import Progress
 from .retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -56,22 +59,13 @@ class CandidateSet:
         return self.terms.shape[1]
 
 
-def _doc_impacts(retriever: Retriever) -> sp.csr_matrix:
-    """The index's term-major impacts as a (num_docs, vocab) CSR matrix."""
-    idx = retriever.index
-    v = idx.vocab_size
-    m = sp.csc_matrix((idx.data.cpu().numpy(), idx.indices.cpu().numpy(), idx.indptr[: v + 1].cpu().numpy()),
-                      shape=(idx.num_docs, v))
-    return m.tocsr()
-
-
 class CandidateMiner:
     """Mines candidate sets for batches of queries; see the module docstring for the scoring."""
 
     def __init__(self, retriever: Retriever, methods=("tfidf", "bm25_contrib", "rm3"), top_k0: int = 50,
                  max_candidates: int = 50, min_candidates: int = 20, min_score: float = 0.1,
                  top_k_per_method: int = 30, num_workers: int = 2, chunk_size: int = 256,
-                 stem_variants: bool = False, feedback: SemanticFeedback | None = None):
+                 stem_variants: bool = False, feedback: SemanticFeedback | None = None, progress: bool = False):
         unknown = set(methods) - set(METHODS)
         if unknown or not methods:
             raise ValueError(f"candidate methods must be a non-empty subset of {METHODS}, got {list(methods)}")
@@ -81,13 +75,11 @@ class CandidateMiner:
         self.top_k0, self.max_candidates, self.min_candidates = top_k0, max_candidates, min_candidates
         self.min_score, self.top_k_per_method = min_score, top_k_per_method
         self.num_workers, self.chunk_size = max(1, num_workers), chunk_size
+        self.progress = progress
         corpus = retriever.corpus
         df = corpus.document_frequency()
         self.idf = idf_lucene(df, corpus.num_docs)
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
-        self.impacts = _doc_impacts(retriever) if "bm25_contrib" in methods else None
-        self.presence = corpus.doc_tf.copy()
-        self.presence.data[:] = 1.0
         self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
         self.variants = _stem_groups(corpus.vocab.terms) if stem_variants else None
         if stem_variants:
@@ -101,40 +93,47 @@ class CandidateMiner:
                 "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth], "v": 1}
 
     def mine(self, query_terms: list[list[int]], query_vectors: np.ndarray | None = None) -> CandidateSet:
-        """Candidate sets for every query (all queries' feedback docs come from one batched search).
+        """Candidate sets for every query, ``chunk_size`` queries at a time (one batched feedback search each).
 
         ``query_vectors`` (Q, D): the queries' sentence embeddings, needed with semantic feedback."""
         q = len(query_terms)
+        if self.feedback is not None and (query_vectors is None or len(query_vectors) != q):
+            raise ValueError("semantic feedback needs one query vector per query")
         terms = np.full((q, self.max_candidates), -1, dtype=np.int64)
         feats = np.zeros((q, self.max_candidates, len(self.feature_names)), dtype=np.float32)
-        if q:
-            fb_scores, fb_idx = feedback_documents(self.r, query_terms, self.top_k0, self.feedback, query_vectors)
-            chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
-            with ThreadPoolExecutor(self.num_workers) as pool:
-                for lo, hi, t, f in pool.map(
-                        lambda c: (*c, *self._mine_chunk(query_terms[c[0]:c[1]], fb_idx[c[0]:c[1]],
-                                                         fb_scores[c[0]:c[1]])), chunks):
-                    terms[lo:hi], feats[lo:hi] = t, f
+        chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
+
+        def mine_chunk(c):
+            lo, hi = c
+            return lo, hi, *self._mine_chunk(query_terms[lo:hi], None if query_vectors is None
+                                             else query_vectors[lo:hi])
+
+        with ThreadPoolExecutor(self.num_workers) as pool, \
+                Progress(q, "mine candidates", "query", self.progress and len(chunks) > 1) as bar:
+            for lo, hi, t, f in pool.map(mine_chunk, chunks):
+                terms[lo:hi], feats[lo:hi] = t, f
+                bar.update(hi - lo)
         empty = int((terms[:, 0] < 0).sum())
         if empty:
             log.warning("%d of %d queries have no candidate terms (no feedback docs); "
                         "the agent can only STOP on them", empty, q)
         return CandidateSet(terms, feats, self.feature_names)
 
-    def _mine_chunk(self, query_terms, fb_idx, fb_scores):
+    def _mine_chunk(self, query_terms, query_vectors):
         corpus = self.r.corpus
+        fb_scores, fb_idx = feedback_documents(self.r, query_terms, self.top_k0, self.feedback, query_vectors)
         k0 = fb_idx.shape[1]
         has_score = fb_scores > 0  # zero-score "feedback" docs match no query term: not feedback
         inv_len = np.where(has_score, 1.0 / np.maximum(corpus.doc_len[fb_idx], 1), 0.0) / k0
+        rows = FeedbackRows(corpus, fb_idx)
         scores = {}
         if "tfidf" in self.methods:
-            scores["tfidf"] = (feedback_matrix(fb_idx, inv_len, corpus.num_docs) @ corpus.doc_tf).multiply(
-                self.idf[None, :]).tocsr()
+            scores["tfidf"] = (rows.weights(inv_len) @ rows.tf).multiply(self.idf[None, :]).tocsr()
         if "bm25_contrib" in self.methods:
-            scores["bm25_contrib"] = (feedback_matrix(fb_idx, has_score / k0, corpus.num_docs) @ self.impacts)
+            scores["bm25_contrib"] = rows.weights(has_score / k0) @ rows.impacts(self.r.index.weights)
         if "rm3" in self.methods:
-            scores["rm3"] = relevance_model(corpus, fb_idx, fb_scores)
-        fb_frac = (feedback_matrix(fb_idx, has_score / k0, corpus.num_docs) @ self.presence).tocsr()
+            scores["rm3"] = relevance_model(corpus, fb_idx, fb_scores, rows)
+        fb_frac = (rows.weights(has_score / k0) @ rows.presence()).tocsr()
         scores = {m: s.tocsr() for m, s in scores.items()}
 
         n = len(query_terms)

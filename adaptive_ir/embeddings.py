@@ -14,6 +14,10 @@ Providers:
 All vectors are L2-normalised (zero stays zero). The cache keeps, per provider identity, ``texts.json`` and
 ``vectors.npy`` (atomic writes; ``texts.json``, written last, holds a checksum of both files; at most
 ``embedding_cache_size`` rows, oldest dropped first).
+
+``encode_corpus`` encodes every document of a collection once (semantic feedback): float16 rows written chunk by
+chunk into one memory-mapped ``.npy``, each chunk's checksum recorded as it completes, so an interrupted encode
+resumes at the first missing chunk.
 """
 
 from __future__ import annotations
@@ -26,12 +30,17 @@ import os
 import pickle
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import AdaptiveIRError
 from .io import atomic_write_bytes, atomic_write_json, file_lock, fingerprint, sha256
+from .progress import Progress
 from .text import TOKEN_PATTERN, Analyzer, CorpusTerms
+
+if TYPE_CHECKING:
+    from .data import Collection
 
 log = logging.getLogger(__name__)
 PROVIDERS = ("lsa", "sentence-transformers", "legacy")
@@ -49,14 +58,17 @@ class LSAEmbedder:
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfTransformer
 
-        tfidf = TfidfTransformer(sublinear_tf=True).fit(corpus.doc_tf)
-        dim = min(dim, min(corpus.doc_tf.shape) - 1)
-        svd = TruncatedSVD(n_components=max(1, dim), random_state=seed).fit(tfidf.transform(corpus.doc_tf))
+        counts = corpus.matrix()  # the fit reads every document: the one place the whole matrix is formed
+        tfidf = TfidfTransformer(sublinear_tf=True).fit(counts)
+        dim = min(dim, min(counts.shape) - 1)
+        svd = TruncatedSVD(n_components=max(1, dim), random_state=seed).fit(tfidf.transform(counts))
+        del counts
         self.term_vectors = (svd.components_.T * svd.singular_values_).astype(np.float32)
         self.idf = tfidf.idf_.astype(np.float32)
         self.vocab, self.analyzer = corpus.vocab, analyzer
         self.identity = {"provider": "lsa", "dim": int(self.term_vectors.shape[1]), "seed": seed,
-                         "corpus": fingerprint(corpus.doc_tf.shape, int(corpus.doc_tf.nnz), corpus.vocab.terms[:50])}
+                         "corpus": fingerprint((corpus.num_docs, len(corpus.vocab)), corpus.num_postings,
+                                               corpus.vocab.terms[:50])}
 
     @property
     def dim(self) -> int:
@@ -291,6 +303,72 @@ class EmbeddingCache:
 def _entry_digest(vectors_npy: bytes, texts: list[str]) -> str:
     """Checksum of one cache entry: the vectors file and the texts its rows belong to."""
     return sha256(vectors_npy + json.dumps(texts).encode("utf-8"))
+
+
+CORPUS_CHUNK_DOCS = 1024
+"""Documents per checksummed chunk of a corpus encode: at most this much work is lost to an interruption."""
+
+
+def encode_corpus(embedder, collection: "Collection", folder: str | Path, meta: dict,
+                  chunk_docs: int = CORPUS_CHUNK_DOCS, progress: bool = True) -> np.ndarray:
+    """Every document's vector, (num_docs, dim) float16, memory-mapped from ``<folder>/vectors.npy``.
+
+    Encoded once, ``chunk_docs`` documents at a time, in corpus order, into a preallocated file; after each chunk
+    its sha256 is appended to ``progress.json`` (atomic write), so a run that is interrupted (or killed) resumes
+    at the first chunk not recorded, and a recorded chunk whose bytes no longer match is encoded again.
+    ``meta.json`` (written last) marks the file complete; ``meta`` (the model and corpus identity) must match.
+    float16 halves the file; the re-ranking cosines are computed in float32 from it.
+    """
+    folder = Path(folder)
+    n, dim = collection.num_docs, embedder.dim
+    state = {**meta, "shape": [n, dim], "dtype": "float16", "chunk_docs": chunk_docs}
+    path = folder / "vectors.npy"
+    done = _verified_chunks(folder, state, path)
+    total_chunks = -(-n // chunk_docs)
+    if len(done) == total_chunks and (folder / "meta.json").is_file():
+        return np.load(path, mmap_mode="r")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").unlink(missing_ok=True)  # from here on progress.json is the state
+    if done:
+        log.info("document vectors: resuming at document %d of %d (%s)", len(done) * chunk_docs, n, folder)
+        vectors = np.load(path, mmap_mode="r+")
+    else:
+        vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(n, dim))
+    with Progress(n, "encode documents", "doc", progress, initial=min(n, len(done) * chunk_docs)) as bar:
+        for c, texts in enumerate(collection.iter_doc_texts(chunk_docs)):
+            if c < len(done):
+                continue  # encoded by an earlier run
+            lo = c * chunk_docs
+            vectors[lo:lo + len(texts)] = embedder.encode(texts).astype(np.float16)
+            vectors.flush()
+            done.append(sha256(vectors[lo:lo + len(texts)].tobytes()))
+            atomic_write_json(folder / "progress.json", {**state, "chunks": done})
+            bar.update(len(texts))
+    del vectors
+    atomic_write_json(folder / "meta.json", {**state, "chunks": done})
+    (folder / "progress.json").unlink(missing_ok=True)
+    return np.load(path, mmap_mode="r")
+
+
+def _verified_chunks(folder: Path, state: dict, path: Path) -> list[str]:
+    """Checksums of the chunks of ``vectors.npy`` already encoded for ``state`` and still intact, in order."""
+    for name in ("meta.json", "progress.json"):
+        try:
+            stored = json.loads((folder / name).read_text())
+            vectors = np.load(path, mmap_mode="r")
+        except (OSError, ValueError):
+            continue
+        chunks = stored.pop("chunks", None)
+        if stored != json.loads(json.dumps(state)) or not isinstance(chunks, list) \
+                or vectors.shape != tuple(state["shape"]) or vectors.dtype != np.float16:
+            continue
+        step = state["chunk_docs"]
+        for c, digest in enumerate(chunks):
+            if sha256(vectors[c * step:(c + 1) * step].tobytes()) != digest:
+                log.warning("document vectors %s: chunk %d is damaged; encoding from there again", folder, c)
+                return chunks[:c]
+        return chunks
+    return []
 
 
 def make_embedder(kind: str, path: str | None, corpus: CorpusTerms, analyzer: Analyzer, dim: int | None,

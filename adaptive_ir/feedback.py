@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .index import BM25Weights
 from .text import CorpusTerms
 
 if TYPE_CHECKING:
@@ -23,15 +25,51 @@ def feedback_matrix(doc_idx: np.ndarray, doc_weight: np.ndarray, num_docs: int) 
     return m
 
 
-def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.ndarray) -> sp.csr_matrix:
+class FeedbackRows:
+    """The distinct feedback documents of a batch of queries and their rows of the document × term matrices,
+    read from the forward index: the work and memory follow the feedback documents, never the corpus.
+
+    Products ``weights(w) @ tf`` equal ``feedback_matrix(doc_idx, w, num_docs) @ (whole count matrix)`` exactly:
+    the documents keep their order (columns are positions in the sorted distinct documents), so every sum adds
+    the same numbers in the same order.
+    """
+
+    def __init__(self, corpus: CorpusTerms, doc_idx: np.ndarray):
+        self.docs, inverse = np.unique(doc_idx, return_inverse=True)
+        self.cols = inverse.reshape(doc_idx.shape)
+        self.corpus = corpus
+        self.tf = corpus.rows(self.docs)
+        """(docs, vocab) float32 term counts."""
+
+    def weights(self, doc_weight: np.ndarray) -> sp.csr_matrix:
+        """(Q, docs) matrix of per-query document weights (``doc_weight`` is shaped like ``doc_idx``)."""
+        return feedback_matrix(self.cols, doc_weight, len(self.docs))
+
+    def presence(self) -> sp.csr_matrix:
+        """(docs, vocab) 1 where the document contains the term."""
+        m = self.tf.copy()
+        m.data[:] = 1.0
+        return m
+
+    def impacts(self, weights: BM25Weights) -> sp.csr_matrix:
+        """(docs, vocab) BM25 impacts, the very numbers of the index's postings."""
+        m = self.tf.copy()
+        m.data = weights.impacts(m.indices, m.data, np.repeat(self.corpus.doc_len[self.docs], np.diff(m.indptr)))
+        return m
+
+
+def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.ndarray,
+                    rows: FeedbackRows | None = None) -> sp.csr_matrix:
     """RM1 weights for a batch of queries, as Anserini's Rm3Reranker computes them.
 
     RM1(w) = Σ_d score(d) · tf(w, d) / |d| over each query's feedback docs (first-pass BM25 scores;
-    docs with score ≤ 0 or length 0 are skipped). Returns a (Q, vocab) sparse matrix.
+    docs with score ≤ 0 or length 0 are skipped). Returns a (Q, vocab) sparse matrix. ``rows``: the feedback
+    documents' rows when the caller has them already.
     """
     length = corpus.doc_len[doc_idx]
     weight = np.where((doc_scores > 0) & (length > 0), doc_scores / np.maximum(length, 1), 0.0)
-    return (feedback_matrix(doc_idx, weight, corpus.num_docs) @ corpus.doc_tf).tocsr()
+    rows = FeedbackRows(corpus, doc_idx) if rows is None else rows
+    return (rows.weights(weight) @ rows.tf).tocsr()
 
 
 def top_terms(row_matrix: sp.csr_matrix, q: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +109,11 @@ class SemanticFeedback:
     """
 
     def __init__(self, doc_vectors: np.ndarray, depth: int, identity: dict):
-        self.doc_vectors = torch.as_tensor(doc_vectors, dtype=torch.float32)
+        """``doc_vectors``: (num_docs, D), e.g. the float16 memory-mapped file of ``encode_corpus`` (not copied:
+        only the rows of each query's BM25 documents are read, and compared in float32)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.doc_vectors = torch.as_tensor(doc_vectors)
         self.depth = depth
         self.identity = identity
 
@@ -85,7 +127,7 @@ class SemanticFeedback:
         for lo in range(0, len(bm25_idx), chunk):
             idx = torch.as_tensor(bm25_idx[lo:lo + chunk])
             q = torch.as_tensor(query_vectors[lo:lo + chunk], dtype=torch.float32)
-            sim = torch.einsum("qd,qkd->qk", q, self.doc_vectors[idx])
+            sim = torch.einsum("qd,qkd->qk", q, self.doc_vectors[idx].float())
             # documents that match no query word are topk's filler, not BM25 results
             sim = sim.masked_fill(torch.as_tensor(bm25_scores[lo:lo + chunk]) <= 0, -torch.inf)
             best, pos = torch.topk(sim, k, dim=1)

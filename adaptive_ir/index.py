@@ -1,35 +1,43 @@
 """BM25 as a sparse term × document impact matrix, searched for a whole batch of queries in one call.
 
-The impacts are computed by bm25s (method "lucene"); the batched search is ours: a gather of every posting of
-every query term in the batch, one ``index_add_`` into a (B, num_docs) score matrix, one ``topk``. It runs on
-whatever device the index tensors live on, so the same code serves the CPU and the GPU.
+The impacts are Lucene BM25 exactly as bm25s computes them (method "lucene", same float32/float64 steps, so the
+arrays are bit-identical to ``bm25s.BM25(method="lucene").index``), built from the doc-major ``CorpusTerms`` by a
+counting sort on term ids in blocks of documents: memory is the arrays themselves plus one block. The batched
+search is ours: a gather of every posting of every query term in the batch, one ``index_add_`` into a (B, num_docs)
+score matrix, one ``topk``. It runs on whatever device the index tensors live on, so the same code serves the CPU
+and the GPU. ``indices`` (document of each posting) is int32.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-import bm25s
 import numpy as np
 import torch
 
 from .errors import DataError
 from .io import atomic_write_json, atomic_save_npy
+from .progress import Progress
 from .text import CorpusTerms
 
 IDF_VARIANTS = ("lucene", "okapi")
-_FORMAT = "adaptive-ir-bm25/1"
+_FORMAT = "adaptive-ir-bm25/2"
+_BLOCK_POSTINGS = 1 << 16
+"""Postings per block of the counting sort (its temporaries take about 60 bytes per posting)."""
 
 
-def _bm25s_impacts(corpus: CorpusTerms, k1: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSC (term-major) arrays of Lucene BM25 impacts, one column per term id, as bm25s computes them."""
-    retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
-    vocab = {str(i): i for i in range(len(corpus.vocab))}
-    retriever.index((corpus.doc_token_ids(), vocab), create_empty_token=False, show_progress=False)
-    s = retriever.scores
-    return np.asarray(s["data"], np.float32), np.asarray(s["indices"], np.int64), np.asarray(s["indptr"], np.int64)
+def lucene_idf_bm25s(df: np.ndarray, num_docs: int) -> np.ndarray:
+    """Lucene's IDF per term as bm25s computes it: ``math.log(1 + (N - df + .5)/(df + .5))`` in double precision,
+    stored as float32 (0 for a term that occurs nowhere). Evaluated once per distinct df, so it is cheap and
+    bit-identical to bm25s."""
+    uniq, inverse = np.unique(np.asarray(df, dtype=np.int64), return_inverse=True)
+    values = np.array([math.log(1 + (num_docs - d + 0.5) / (d + 0.5)) if d else 0.0 for d in uniq.tolist()],
+                      dtype=np.float32)
+    return values[inverse.reshape(-1)]
 
 
 def _okapi_rescale(df: np.ndarray, num_docs: int, k1: float, epsilon: float) -> np.ndarray:
@@ -47,6 +55,35 @@ def _okapi_rescale(df: np.ndarray, num_docs: int, k1: float, epsilon: float) -> 
     return ((k1 + 1.0) * idf_okapi / idf_lucene).astype(np.float32)
 
 
+@dataclass
+class BM25Weights:
+    """What turns a posting (term, count, document length) into its impact: the per-term IDF and the length norm."""
+
+    k1: float
+    b: float
+    avgdl: float
+    idf: np.ndarray
+    """(vocab,) float32 Lucene IDF (bm25s' values)."""
+    factor: np.ndarray | None
+    """(vocab,) float32 Okapi rescale factor (``idf: okapi``), or None."""
+
+    @classmethod
+    def from_df(cls, df: np.ndarray, num_docs: int, k1: float, b: float, avgdl: float, idf: str,
+                epsilon: float) -> "BM25Weights":
+        factor = _okapi_rescale(df.astype(np.float32), num_docs, k1, epsilon) if idf == "okapi" else None
+        return cls(k1, b, avgdl, lucene_idf_bm25s(df, num_docs), factor)
+
+    def impacts(self, terms: np.ndarray, tf: np.ndarray, doc_len: np.ndarray) -> np.ndarray:
+        """float32 impacts of postings (term id, count, length of its document): the numbers in ``BM25Index.data``.
+
+        bm25s' steps: idf (float32) · tf / (k1·((1 − b) + b·|d|/avgdl) + tf), the fraction in float64, the
+        product rounded to float32; with ``idf: okapi`` then times the term's float32 rescale factor."""
+        norm = self.k1 * ((1 - self.b) + self.b * np.asarray(doc_len, np.float64) / self.avgdl)
+        tf = np.asarray(tf, np.float32)
+        out = (self.idf[terms] * (tf / (norm + tf))).astype(np.float32)
+        return out if self.factor is None else out * self.factor[terms]
+
+
 class BM25Index:
     """BM25 impacts in CSC form: ``data[indptr[t]:indptr[t+1]]`` are term t's impacts on docs ``indices[...]``.
 
@@ -57,13 +94,15 @@ class BM25Index:
         self.num_docs = int(num_docs)
         self.meta = meta
         self.vocab_size = len(indptr) - 1
+        self.weights = BM25Weights.from_df(np.diff(np.asarray(indptr)), self.num_docs, meta["k1"], meta["b"],
+                                           meta["avgdl"], meta["idf"], meta["epsilon"])
         # the padding term: one more column with no postings
         indptr = np.concatenate([np.asarray(indptr), np.asarray(indptr)[-1:]])
         with warnings.catch_warnings():
             # memory-mapped arrays are read-only; the index never writes to its tensors
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             self.data = torch.as_tensor(np.asarray(data, np.float32))
-            self.indices = torch.as_tensor(np.asarray(indices, np.int64))
+            self.indices = torch.as_tensor(np.asarray(indices, np.int32))
             self.indptr = torch.as_tensor(np.asarray(indptr, np.int64))
 
     @property
@@ -76,17 +115,32 @@ class BM25Index:
 
     @classmethod
     def build(cls, corpus: CorpusTerms, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
-              epsilon: float = 0.25) -> "BM25Index":
+              epsilon: float = 0.25, progress: bool = False) -> "BM25Index":
         """Index the whole corpus (every document, judged or not)."""
         if idf not in IDF_VARIANTS:
             raise ValueError(f"idf must be one of {IDF_VARIANTS}, got {idf!r}")
-        data, indices, indptr = _bm25s_impacts(corpus, k1, b)
-        if idf == "okapi":
-            factor = _okapi_rescale(corpus.document_frequency(), corpus.num_docs, k1, epsilon)
-            data = data * np.repeat(factor, np.diff(indptr))
-        meta = {"format": _FORMAT, "k1": k1, "b": b, "idf": idf, "epsilon": epsilon,
-                "num_docs": corpus.num_docs, "vocab_size": len(corpus.vocab), "bm25s": bm25s.__version__}
-        return cls(data, indices, indptr, corpus.num_docs, meta)
+        n, v, p = corpus.num_docs, len(corpus.vocab), corpus.num_postings
+        indptr = np.zeros(v + 1, dtype=np.int64)
+        np.cumsum(np.bincount(corpus.terms, minlength=v), out=indptr[1:])
+        # bm25s: avgdl = np.mean of the integer lengths, i.e. their exact sum / N in float64
+        avgdl = float(corpus.doc_len.sum(dtype=np.float64)) / n if n else 1.0
+        meta = {"format": _FORMAT, "k1": k1, "b": b, "idf": idf, "epsilon": epsilon, "num_docs": n,
+                "vocab_size": v, "postings": p, "avgdl": avgdl}
+        weights = BM25Weights.from_df(np.diff(indptr), n, k1, b, avgdl, idf, epsilon)
+        data, indices = np.empty(p, np.float32), np.empty(p, np.int32)
+        heads = indptr[:-1].copy()  # next free slot of each term's column
+        with Progress(p, "index: BM25 impacts", "posting", progress and p > _BLOCK_POSTINGS) as bar:
+            d0 = 0
+            while d0 < n:
+                # whole documents, about _BLOCK_POSTINGS postings (at least one document)
+                end = np.searchsorted(corpus.indptr, corpus.indptr[d0] + _BLOCK_POSTINGS, "right") - 1
+                d1 = min(n, max(d0 + 1, int(end)))
+                lo, hi = int(corpus.indptr[d0]), int(corpus.indptr[d1])
+                if hi > lo:
+                    _place_block(corpus, weights, d0, d1, heads, data, indices)
+                bar.update(hi - lo)
+                d0 = d1
+        return cls(data, indices, indptr, n, meta)
 
     def to(self, device: str | torch.device) -> "BM25Index":
         self.data, self.indices, self.indptr = (t.to(device) for t in (self.data, self.indices, self.indptr))
@@ -157,14 +211,15 @@ class BM25Index:
         return self.indices[lo:hi].cpu().numpy(), self.data[lo:hi].cpu().numpy()
 
     # ------------------------------------------------------------------ disk
-    def save(self, folder: str | Path) -> None:
-        """``data.npy``, ``indices.npy``, ``indptr.npy`` + ``params.json``; each file written atomically."""
+    def save(self, folder: str | Path, extra: dict | None = None) -> None:
+        """``data.npy``, ``indices.npy``, ``indptr.npy`` + ``params.json`` (meta plus ``extra``), each written
+        atomically, params.json last: its presence marks a complete index."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_save_npy(folder / "data.npy", self.data.cpu().numpy())
         atomic_save_npy(folder / "indices.npy", self.indices.cpu().numpy())
         atomic_save_npy(folder / "indptr.npy", self.indptr[:-1].cpu().numpy())
-        atomic_write_json(folder / "params.json", self.meta)  # written last: its presence marks a complete index
+        atomic_write_json(folder / "params.json", {**self.meta, **(extra or {})})
 
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> "BM25Index":
@@ -180,9 +235,29 @@ class BM25Index:
         return cls(*arrays, num_docs=meta["num_docs"], meta=meta)
 
 
+def _place_block(corpus: CorpusTerms, weights: BM25Weights, d0: int, d1: int, heads: np.ndarray,
+                 data: np.ndarray, indices: np.ndarray) -> None:
+    """Counting-sort step for documents d0..d1-1: write their postings' impacts and document ids at their terms'
+    next free slots (``heads``, advanced)."""
+    lo, hi = int(corpus.indptr[d0]), int(corpus.indptr[d1])
+    docs = np.repeat(np.arange(d0, d1, dtype=np.int32), np.diff(corpus.indptr[d0:d1 + 1]))
+    terms = corpus.terms[lo:hi]
+    impact = weights.impacts(terms, corpus.tf[lo:hi], corpus.doc_len[docs])
+    # sort the block by (term, position): documents stay ascending within a term; a posting's slot is its term's
+    # next free slot plus its rank among the block's postings of that term
+    key = (terms.astype(np.int64) << 32) | np.arange(hi - lo, dtype=np.int64)
+    key.sort()
+    order, sorted_terms = key & 0xFFFFFFFF, key >> 32
+    starts = np.flatnonzero(np.concatenate([[True], sorted_terms[1:] != sorted_terms[:-1]]))
+    run = np.diff(np.append(starts, len(key)))
+    slot = heads[sorted_terms] + np.arange(len(key)) - np.repeat(starts, run)
+    data[slot], indices[slot] = impact[order], docs[order]
+    heads[sorted_terms[starts]] += run
+
+
 def idf_lucene(df: np.ndarray, num_docs: int) -> np.ndarray:
     """Lucene's IDF, log(1 + (N - df + 0.5)/(df + 0.5)); used for candidate features."""
     return np.log1p((num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
 
 
-__all__ = ["BM25Index", "IDF_VARIANTS", "idf_lucene"]
+__all__ = ["BM25Index", "IDF_VARIANTS", "idf_lucene", "lucene_idf_bm25s"]

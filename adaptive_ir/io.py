@@ -28,12 +28,17 @@ log = logging.getLogger(__name__)
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path`` (atomic on POSIX)."""
+    _atomic_write(path, lambda f: f.write(data))
+
+
+def _atomic_write(path: str | Path, write) -> None:
+    """``write(file)`` into a temporary file next to ``path``, fsync, rename over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -47,9 +52,8 @@ def atomic_write_json(path: str | Path, obj) -> None:
 
 
 def atomic_save_npy(path: str | Path, array: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
-    atomic_write_bytes(path, buf.getvalue())
+    """``np.save`` straight into the temporary file: a large array is never copied in memory."""
+    _atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def sha256(data: bytes) -> str:

@@ -1,16 +1,37 @@
-"""The retrieval system the agent acts on: analyzer + tokenized corpus + BM25 index + document ids."""
+"""The retrieval system the agent acts on: analyzer + analyzed corpus + BM25 index + document ids.
+
+Built by streaming the collection's documents (``Collection.iter_doc_texts``) once, and kept on disk: one folder
+``index-<key>/`` under the cache directory holds the BM25 arrays, the forward index and the vocabulary as ``.npy`` +
+JSON, ``params.json`` written last. The key covers the corpus content (a sha256 streamed over every document
+text), the analyzer and the BM25 parameters, so later runs, ``adaptive-ir evaluate`` and the other DDP ranks
+memory-map the saved arrays instead of rebuilding them.
+"""
 
 from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from typing import TYPE_CHECKING
+from .errors import DataError
+from .index import BM25Index
+from .io import fingerprint
+from .progress import Progress
+from .text import Analyzer, CorpusTerms
 
 if TYPE_CHECKING:
     from .data import Collection
-from .index import BM25Index
-from .text import Analyzer, CorpusTerms
+
+log = logging.getLogger(__name__)
+CHUNK_DOCS = 2048
+"""Documents per chunk read from the collection while indexing (the chunk's tokens are its working memory)."""
 
 
 class Retriever:
@@ -24,16 +45,82 @@ class Retriever:
 
     @classmethod
     def build(cls, collection: "Collection", k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
-              device: str | torch.device = "cpu") -> "Retriever":
-        """Index every document of the collection (never only the judged ones)."""
+              device: str | torch.device = "cpu", progress: bool = False) -> "Retriever":
+        """Index every document of the collection (never only the judged ones), in memory."""
+        analyzer, digest = Analyzer(), hashlib.sha256()
+        chunks = _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest)
+        corpus = CorpusTerms.build(chunks, analyzer, collection.num_docs, progress)
+        index = BM25Index.build(corpus, k1=k1, b=b, idf=idf, progress=progress)
+        index.meta.update(corpus_sha256=digest.hexdigest(), analyzer=fingerprint(analyzer.identity))
+        return cls(collection.doc_ids, analyzer, corpus, index.to(device))
+
+    @classmethod
+    def cached(cls, collection: "Collection", cache_dir: str | Path, k1: float = 1.5, b: float = 0.75,
+               idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False) -> "Retriever":
+        """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
+        when absent (or damaged). Reading the corpus once to hash it is the whole cost of a cache hit."""
         analyzer = Analyzer()
-        corpus = CorpusTerms.build([t for chunk in collection.iter_doc_texts() for t in chunk], analyzer)
-        index = BM25Index.build(corpus, k1=k1, b=b, idf=idf).to(device)
-        return cls(collection.doc_ids, analyzer, corpus, index)
+        digest = hashlib.sha256()
+        with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:
+            for chunk in _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest):
+                bar.update(len(chunk))
+        folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer)
+        if (folder / "params.json").is_file():
+            try:
+                retriever = cls.load(folder, collection.doc_ids, device)
+                log.info("index: memory-mapped from %s", folder)
+                return retriever
+            except (DataError, OSError, ValueError, KeyError) as e:
+                log.warning("index cache %s is damaged (%s); building it again", folder, e)
+        retriever = cls.build(collection, k1, b, idf, "cpu", progress)
+        retriever.save(folder)
+        log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
+                 retriever.index.vocab_size, retriever.corpus.num_postings, folder)
+        del retriever  # the saved copy replaces the built one: memory-mapped, as every later run uses it
+        return cls.load(folder, collection.doc_ids, device)
+
+    def save(self, folder: str | Path) -> None:
+        """Every array + ``vocab.json`` into a temporary folder (``params.json`` last), renamed to ``folder``."""
+        folder = Path(folder)
+        tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            self.corpus.save(tmp)
+            self.index.save(tmp)
+            shutil.rmtree(folder, ignore_errors=True)  # a damaged earlier copy
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "params.json").is_file():
+                raise
+            log.info("index %s was saved meanwhile by another process; using that one", folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @classmethod
+    def load(cls, folder: str | Path, doc_ids: list[str], device: str | torch.device = "cpu",
+             mmap: bool = True) -> "Retriever":
+        """A saved index (memory-mapped unless ``mmap`` is False) for a collection with these ``doc_ids``."""
+        folder = Path(folder)
+        index = BM25Index.load(folder, mmap=mmap)
+        corpus = CorpusTerms.load(folder, mmap=mmap)
+        meta = index.meta
+        checks = [("documents", len(doc_ids), meta["num_docs"]), ("doc_len", len(corpus.doc_len), meta["num_docs"]),
+                  ("vocabulary", len(corpus.vocab), meta["vocab_size"]), ("postings", len(index.data), meta["postings"]),
+                  ("forward postings", corpus.num_postings, meta["postings"])]
+        bad = [f"{name} {got} vs {want}" for name, got, want in checks if got != want]
+        if bad:
+            raise DataError(f"{folder}: the index arrays do not match params.json ({', '.join(bad)}); "
+                            "delete the folder to rebuild it")
+        return cls(doc_ids, Analyzer(), corpus, index.to(device))
 
     @property
     def vocab(self):
         return self.corpus.vocab
+
+    @property
+    def corpus_sha256(self) -> str:
+        """sha256 of every indexed document text (corpus order), the identity of the corpus for caches."""
+        return self.index.meta["corpus_sha256"]
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Query texts → term ids (with repeats, as BM25 counts them); unknown words dropped."""
@@ -45,3 +132,17 @@ class Retriever:
         ids, w = self.index.pad(queries, weights)
         scores, idx = self.index.search(ids, w if weights is not None else None, k=k)
         return scores.cpu().numpy(), idx.cpu().numpy()
+
+
+def index_folder(cache_dir: str | Path, corpus_sha256: str, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
+                 analyzer: Analyzer | None = None) -> Path:
+    """Where the index of a corpus (by content) with these settings is kept under ``cache_dir``."""
+    identity = (analyzer or Analyzer()).identity
+    return Path(cache_dir) / f"index-{fingerprint('index', corpus_sha256, identity, k1, b, idf)}"
+
+
+def _hashing(chunks: Iterable[list[str]], digest) -> Iterator[list[str]]:
+    """Pass chunks through, feeding every text (NUL-terminated, UTF-8) to ``digest``: chunking does not matter."""
+    for chunk in chunks:
+        digest.update(("\x00".join(chunk) + "\x00").encode("utf-8", "surrogatepass"))
+        yield chunk

@@ -1,16 +1,39 @@
-"""One analyzer and one vocabulary: the same integer term ids in the index, the miner, the env and the policy."""
+"""One analyzer and one vocabulary: the same integer term ids in the index, the miner, the env and the policy.
+
+`CorpusTerms` is the analyzed corpus as a doc-major forward index (per document: its distinct term ids and their
+counts), built from a stream of text chunks: a chunk is analyzed to term ids and reduced to compact arrays at once,
+so neither the corpus text nor per-document token lists are ever held. It is what the BM25 index is built from
+and what the candidate miner, RM3 and LSA read (only the rows they need), saved as ``.npy`` next to the index.
+"""
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from bm25s.stopwords import STOPWORDS_EN
 
+from .io import atomic_save_npy, atomic_write_bytes
+from .progress import Progress
+
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 """bm25s' (and scikit-learn's) default token pattern: runs of two or more word characters."""
+
+# On ASCII text TOKEN_PATTERN finds exactly the maximal runs of [a-z0-9_] (after lower()) of length >= 2, which
+# bytes.translate + split find at C speed: every other byte becomes a space and one-character runs are dropped
+# like stopwords. Documents with other characters take the regex.
+_ASCII_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_")
+_ASCII_TO_SPACE = bytes(c if c in _ASCII_WORD else 0x20 for c in range(256))
+_SEPARATOR = "\x01"  # between documents of an ASCII run; the table turns any \x01 of a document into a space
+_ANALYZE_CHARS = 1 << 18
+"""Characters of text analyzed at once (about 40k tokens of English)."""
 
 
 class Analyzer:
@@ -27,6 +50,65 @@ class Analyzer:
     def tokenize(self, text: str) -> list[str]:
         return [t for t in self._token_re.findall(text.lower()) if t not in self.stopwords]
 
+    @property
+    def identity(self) -> dict:
+        """What the analyzer's output depends on (part of the index's cache key)."""
+        return {"pattern": TOKEN_PATTERN, "lowercase": True, "stopwords": sorted(self.stopwords)}
+
+
+class _TermTable:
+    """Token → provisional id while a corpus is analyzed.
+
+    Ids ``0 .. dropped-1`` are reserved for what the analyzer drops (the document separator, the stopwords, the
+    one-character ASCII words the fast path sees), so dropping is ``id < dropped``. Every other token gets the
+    next id on first occurrence, in corpus order; minus ``dropped`` that is its final term id. Lookups go through
+    ``defaultdict.__getitem__`` mapped over a chunk's tokens: one C-level dict probe per token.
+    """
+
+    def __init__(self, analyzer: Analyzer):
+        self.ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        self.ids[_SEPARATOR]
+        for tok in sorted(analyzer.stopwords) + [chr(c) for c in sorted(_ASCII_WORD)]:
+            self.ids[tok]
+        self.dropped = len(self.ids)
+        self.findall = analyzer._token_re.findall
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def analyze(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(term ids, position of the document in ``texts``) of every kept token of a chunk, in order."""
+        if not texts:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        ascii_doc = np.fromiter(map(str.isascii, texts), dtype=bool, count=len(texts))
+        cuts = np.flatnonzero(np.diff(ascii_doc)) + 1
+        ids, docs = [], []
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(texts)]):
+            run_ids, run_docs = (self._ascii_run if ascii_doc[lo] else self._regex_run)(texts[lo:hi])
+            keep = run_ids >= self.dropped
+            ids.append(run_ids[keep] - self.dropped)
+            docs.append(run_docs[keep] + lo)
+        return np.concatenate(ids), np.concatenate(docs)
+
+    def _lookup(self, tokens, count: int) -> np.ndarray:
+        return np.fromiter(map(self.ids.__getitem__, tokens), dtype=np.int32, count=count)
+
+    def _ascii_run(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        cleaned = map(bytes.translate, map(str.encode, map(str.lower, texts)), itertools.repeat(_ASCII_TO_SPACE))
+        tokens = f" {_SEPARATOR} ".encode().join(cleaned).decode("ascii").split()
+        ids = self._lookup(tokens, len(tokens))
+        return ids, np.cumsum(ids == self.ids[_SEPARATOR])  # the separator's id is 0: doc = separators so far
+
+    def _regex_run(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        per_doc = list(map(self.findall, map(str.lower, texts)))
+        counts = np.fromiter(map(len, per_doc), dtype=np.int64, count=len(per_doc))
+        ids = self._lookup(itertools.chain.from_iterable(per_doc), int(counts.sum()))
+        return ids, np.repeat(np.arange(len(texts)), counts)
+
+    def terms(self) -> list[str]:
+        """The vocabulary: final term id → string."""
+        return list(itertools.islice(self.ids, self.dropped, None))
+
 
 @dataclass
 class Vocabulary:
@@ -36,13 +118,8 @@ class Vocabulary:
     ids: dict[str, int]
 
     @classmethod
-    def from_tokens(cls, docs: list[list[str]]) -> "Vocabulary":
-        ids: dict[str, int] = {}
-        for doc in docs:
-            for tok in doc:
-                if tok not in ids:
-                    ids[tok] = len(ids)
-        return cls(terms=list(ids), ids=ids)
+    def from_terms(cls, terms: list[str]) -> "Vocabulary":
+        return cls(terms=terms, ids=dict(zip(terms, range(len(terms)))))
 
     def __len__(self) -> int:
         return len(self.terms)
@@ -52,41 +129,125 @@ class Vocabulary:
         return [self.ids[t] for t in tokens if t in self.ids]
 
 
+_ARRAYS = ("doc_len", "doc_indptr", "doc_terms", "doc_tf")
+
+
 @dataclass
 class CorpusTerms:
-    """The tokenized corpus as plain arrays: a document × term count matrix and per-document lengths."""
+    """The analyzed corpus, doc-major: document d's distinct term ids (ascending) are
+    ``terms[indptr[d]:indptr[d+1]]``, their counts ``tf[...]``."""
 
     vocab: Vocabulary
-    doc_tf: sp.csr_matrix
-    """(num_docs, vocab) term counts, float32."""
     doc_len: np.ndarray
-    """Tokens per document after stopword removal."""
+    """(num_docs,) float32 tokens per document after stopword removal."""
+    indptr: np.ndarray
+    """(num_docs + 1,) int64 offsets into ``terms``/``tf``."""
+    terms: np.ndarray
+    """(postings,) int32 term ids."""
+    tf: np.ndarray
+    """(postings,) term counts, uint16 (uint32 when a count exceeds 65,535)."""
 
     @classmethod
-    def build(cls, texts: list[str], analyzer: Analyzer) -> "CorpusTerms":
-        tokens = [analyzer.tokenize(t) for t in texts]
-        vocab = Vocabulary.from_tokens(tokens)
-        indptr = np.zeros(len(tokens) + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum([len(t) for t in tokens])
-        cols = np.fromiter((vocab.ids[t] for doc in tokens for t in doc), dtype=np.int64, count=int(indptr[-1]))
-        data = np.ones(len(cols), dtype=np.float32)
-        # csr_matrix sums duplicate (row, col) entries into term counts once we canonicalize
-        doc_tf = sp.csr_matrix((data, cols, indptr), shape=(len(tokens), len(vocab)))
-        doc_tf.sum_duplicates()
-        return cls(vocab=vocab, doc_tf=doc_tf, doc_len=np.diff(indptr).astype(np.float32))
+    def build(cls, chunks: Iterable[list[str]], analyzer: Analyzer, num_docs: int | None = None,
+              progress: bool = False) -> "CorpusTerms":
+        """Analyze a stream of chunks of document texts (corpus order). Per chunk, only its token ids live
+        as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document."""
+        table = _TermTable(analyzer)
+        parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": []}
+        with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
+            for chunk in chunks:
+                if isinstance(chunk, str):
+                    raise TypeError("CorpusTerms.build reads chunks (lists) of document texts, not single texts")
+                for texts in _by_size(chunk):
+                    ids, docs = table.analyze(texts)
+                    # one sort turns tokens into (document, term, count) triples, documents in order and terms
+                    # ascending within each document
+                    width = len(table)
+                    keys, tf = np.unique(docs.astype(np.int64) * width + ids, return_counts=True)
+                    doc_of = keys // width
+                    parts["doc_len"].append(np.bincount(docs, minlength=len(texts)).astype(np.float32))
+                    parts["distinct"].append(np.bincount(doc_of, minlength=len(texts)))
+                    parts["terms"].append((keys - doc_of * width).astype(np.int32))
+                    parts["tf"].append(tf.astype(np.uint16 if tf.size == 0 or tf.max() < 2 ** 16 else np.uint32))
+                bar.update(len(chunk))
+        terms = table.terms()
+        table.ids.clear()  # freed before the final vocabulary dict is made: one big dict at a time
+        distinct = _concat(parts.pop("distinct"))
+        indptr = np.zeros(len(distinct) + 1, dtype=np.int64)
+        np.cumsum(distinct, out=indptr[1:])
+        return cls(vocab=Vocabulary.from_terms(terms), doc_len=_concat(parts.pop("doc_len"), np.float32),
+                   indptr=indptr, terms=_concat(parts.pop("terms"), np.int32), tf=_concat(parts.pop("tf")))
 
     @property
     def num_docs(self) -> int:
-        return self.doc_tf.shape[0]
+        return len(self.doc_len)
 
-    def doc_token_ids(self) -> list[list[int]]:
-        """Each document as a list of term ids with repeats (the form bm25s indexes)."""
-        tf = self.doc_tf
-        out = []
-        for i in range(tf.shape[0]):
-            lo, hi = tf.indptr[i], tf.indptr[i + 1]
-            out.append(np.repeat(tf.indices[lo:hi], tf.data[lo:hi].astype(np.int64)).tolist())
-        return out
+    @property
+    def num_postings(self) -> int:
+        return len(self.terms)
 
     def document_frequency(self) -> np.ndarray:
-        return np.bincount(self.doc_tf.indices, minlength=len(self.vocab)).astype(np.float32)
+        return np.bincount(self.terms, minlength=len(self.vocab)).astype(np.float32)
+
+    def postings(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in ``terms``/``tf`` of the postings of ``docs`` in that order, their CSR row offsets)."""
+        docs = np.asarray(docs, dtype=np.int64)
+        lo = self.indptr[docs]
+        count = self.indptr[docs + 1] - lo
+        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(count, out=offsets[1:])
+        return np.repeat(lo - offsets[:-1], count) + np.arange(offsets[-1]), offsets
+
+    def rows(self, docs: np.ndarray) -> sp.csr_matrix:
+        """(len(docs), vocab) float32 term counts of these documents, reading only their postings."""
+        pos, offsets = self.postings(docs)
+        return sp.csr_matrix((self.tf[pos].astype(np.float32), self.terms[pos], offsets),
+                             shape=(len(offsets) - 1, len(self.vocab)))
+
+    def matrix(self) -> sp.csr_matrix:
+        """The whole (num_docs, vocab) float32 count matrix (a copy: for models fitted on every document)."""
+        return sp.csr_matrix((self.tf.astype(np.float32), self.terms, self.indptr),
+                             shape=(self.num_docs, len(self.vocab)))
+
+    def doc_token_ids(self) -> list[list[int]]:
+        """Each document as a list of term ids with repeats (the form bm25s and rank-bm25 index)."""
+        return [np.repeat(self.terms[lo:hi], self.tf[lo:hi]).tolist()
+                for lo, hi in zip(self.indptr[:-1].tolist(), self.indptr[1:].tolist())]
+
+    # ------------------------------------------------------------------ disk
+    def save(self, folder: str | Path) -> None:
+        """``doc_*.npy`` and ``vocab.json`` (one atomic write each)."""
+        folder = Path(folder)
+        for name, array in zip(_ARRAYS, (self.doc_len, self.indptr, self.terms, self.tf)):
+            atomic_save_npy(folder / f"{name}.npy", array)
+        atomic_write_bytes(folder / "vocab.json", json.dumps(self.vocab.terms, ensure_ascii=False).encode("utf-8"))
+
+    @classmethod
+    def load(cls, folder: str | Path, mmap: bool = True) -> "CorpusTerms":
+        folder = Path(folder)
+        arrays = [np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS]
+        vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")))
+        return cls(vocab, *arrays)
+
+
+def _by_size(texts: list[str]) -> Iterable[list[str]]:
+    """``texts`` in consecutive runs of about ``_ANALYZE_CHARS`` characters: a run's tokens, one Python string
+    each, are the build's working memory, so it is bounded by text size, not by a count of documents."""
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    cuts = np.searchsorted(ends, np.arange(_ANALYZE_CHARS, ends[-1] if len(ends) else 0, _ANALYZE_CHARS), "left")
+    bounds = [0, *dict.fromkeys(c for c in (cuts + 1).tolist() if c < len(texts)), len(texts)]
+    return (texts[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo)
+
+
+def _concat(parts: list[np.ndarray], dtype=None) -> np.ndarray:
+    """np.concatenate that frees each part once copied (np.empty's pages are only committed when written, so the
+    peak stays near one copy of the data rather than two)."""
+    dtype = np.result_type(*parts) if dtype is None and parts else (dtype or np.int64)
+    out = np.empty(sum(len(p) for p in parts), dtype=dtype)
+    at = 0
+    parts.reverse()
+    while parts:
+        p = parts.pop()
+        out[at:at + len(p)] = p
+        at += len(p)
+    return out

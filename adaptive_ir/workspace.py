@@ -17,11 +17,11 @@ from tqdm.auto import tqdm
 from .candidates import CandidateMiner, CandidateSet, mine_cached
 from .config import Config
 from .data import Collection, load_collection
-from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, make_embedder
+from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
 from .env import QuerySet
 from .errors import DataError
 from .feedback import SemanticFeedback
-from .io import fingerprint, load_arrays, save_arrays, sha256
+from .io import fingerprint
 from .retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ class Workspace:
         with self._phase("load collection"):
             self.collection = collection or load_collection(cfg.data, cfg.system.seed, splits)
         with self._phase("index"):
-            self.retriever = Retriever.build(self.collection, rc.bm25_k1, rc.bm25_b, rc.idf, device=device)
+            self.retriever = Retriever.cached(self.collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf,
+                                              device=device, progress=progress)
         with self._phase("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
@@ -63,10 +64,11 @@ class Workspace:
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
-                                    stem_variants=cm.stem_variants, feedback=self.feedback)
+                                    stem_variants=cm.stem_variants, feedback=self.feedback, progress=progress)
 
     def _semantic_feedback(self) -> SemanticFeedback:
-        """The re-ranking model and every document's vector (encoded once, cached as a checksummed .npz)."""
+        """The re-ranking model and every document's vector (encoded once into the cache, resumable, see
+        ``encode_corpus``)."""
         cm, ec = self.cfg.candidate_mining, self.cfg.embeddings
         if ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
             self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
@@ -77,15 +79,10 @@ class Workspace:
                     key="candidate_mining.reranker_path")
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity,
                                            self.cfg.training.embedding_cache_size)
-        texts = [t for chunk in self.collection.iter_doc_texts() for t in chunk]
-        meta = {"model": self.fb_embedder.identity, "corpus": sha256("\x00".join(texts).encode("utf-8"))}
+        meta = {"model": self.fb_embedder.identity, "corpus": self.retriever.corpus_sha256}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
-        arrays = load_arrays(folder, meta)
-        if arrays is None:
-            with self._phase(f"embed {len(texts)} documents for semantic feedback"):
-                arrays = {"vectors": self.fb_embedder.encode(texts)}
-            save_arrays(folder, arrays, meta)
-        return SemanticFeedback(arrays["vectors"], cm.rerank_depth, self.fb_embedder.identity)
+        vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
+        return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.identity)
 
     def _phase(self, name: str):
         return _Phase(name, self.progress)

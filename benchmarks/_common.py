@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -49,8 +51,10 @@ def load_collection(data_dir: str | None):
 
 
 def workspace(args, device: torch.device, collection=None, **overrides) -> Workspace:
-    """A Workspace for ``args.config`` with candidate/embedding caches off (a benchmark measures, never reuses)."""
+    """A Workspace for ``args.config`` with candidate/embedding caches off (a benchmark measures, never reuses);
+    its output folder (with the saved index) is removed when the process exits."""
     out = tempfile.mkdtemp(prefix="adaptive-ir-bench-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     sets = {"training.output_dir": out, "embeddings.cache_dir": f"{out}/cache",
             "candidate_mining.cache_enabled": "false", "embeddings.type": "lsa",
             **{k: str(v) for k, v in overrides.items()}}

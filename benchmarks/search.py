@@ -70,7 +70,7 @@ def main() -> None:
     if args.quick:
         texts, args.repeats, args.rank_bm25_queries = texts[:8], 1, 8
     analyzer = Analyzer()
-    corpus = CorpusTerms.build(collection.doc_texts(), analyzer)
+    corpus = CorpusTerms.build(collection.iter_doc_texts(), analyzer, collection.num_docs)
     queries = [corpus.vocab.encode(analyzer.tokenize(t)) for t in texts]
     queries = [q for q in queries if q]  # an empty query ranks nothing; rank-bm25 and bm25s disagree on it
     k = min(args.k, corpus.num_docs)

@@ -60,3 +60,42 @@ def test_memory(tmp_path):
     # 50,000 transitions × 50 candidates × 500 fp32 ≈ 5 GB for the copying buffer; ours stores ids
     assert d["embedding_copy_bytes"] == 50_000 * 50 * 500 * 4
     assert 0 < d["buffer_bytes"] < d["embedding_copy_bytes"] / 100
+
+
+def test_scale(tmp_path):
+    d = run("scale", tmp_path)
+    (row,) = d["rows"]
+    assert row["num_docs"] == 3000 and d["settings"]["sizes"] == [3000]
+    for side in ("ours", "bm25s"):
+        r = row[side]
+        assert r["build_s"] > 0 and r["queries_per_s"] > 0
+        assert r["peak_rss_build_search"] >= r["peak_rss_build"] >= r["rss_loaded"] > 0
+    assert row["ours"]["postings"] > 0 and row["ours"]["index_bytes"] > 0
+    assert row["rollout"]["episodes_per_s"] > 0 and row["rollout"]["mining_s"] > 0
+    assert row["topk_identical"] is True  # our index ranks what bm25s (its own tokenizer and index) ranks
+    assert set(row["goals"]) == {"peak_rss_le_bm25s", "build_time_le_bm25s"}
+
+
+def test_scale_corpus_is_seeded_and_shaped(tmp_path):
+    import importlib.util
+    from argparse import Namespace
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("scale", ROOT / "benchmarks" / "scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    args = Namespace(vocab=5000, zipf=1.0, doc_len=80.0, non_ascii=0.3, train_queries=40, test_queries=10, seed=3)
+    a = scale.generate(tmp_path / "a", 2000, args)
+    b = scale.generate(tmp_path / "b", 2000, args)
+    assert (a / "corpus.jsonl").read_bytes() == (b / "corpus.jsonl").read_bytes()  # same seed, same corpus
+    docs = [json.loads(line) for line in (a / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    lengths = [len(d["text"].split()) for d in docs]
+    assert len(docs) == 2000 and 70 < sum(lengths) / len(lengths) < 90
+    assert 0.25 < sum(not d["text"].isascii() for d in docs) / len(docs) < 0.35
+    words = [w.strip(".") for d in docs for w in d["text"].split()]
+    top = max(set(words), key=words.count)
+    assert top in scale.STOPWORDS and len(set(words)) > 2000  # Zipfian: stopwords on top, a long tail
+    ids = {d["_id"] for d in docs}
+    for split, n in (("train", 40), ("test", 10)):
+        rows = (a / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]
+        assert len(rows) == n and all(r.split("\t")[1] in ids for r in rows)

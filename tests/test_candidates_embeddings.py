@@ -12,7 +12,8 @@ import torch
 from bm25s.stopwords import STOPWORDS_EN
 
 from adaptive_ir.candidates import mine_cached
-from adaptive_ir.embeddings import EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder, SentenceTransformerEmbedder
+from adaptive_ir.embeddings import (CORPUS_CHUNK_DOCS, EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder,
+                                   SentenceTransformerEmbedder, encode_corpus)
 from adaptive_ir.errors import AdaptiveIRError
 from adaptive_ir.env import QuerySet, ReformulationEnv
 from adaptive_ir.text import Analyzer, CorpusTerms
@@ -29,7 +30,6 @@ def test_candidates_contents_and_features(world):
     cands, miner, r = world.cands, world.miner, world.retriever
     terms = r.encode(world.texts)
     _, fb_idx = r.search(terms, k=miner.top_k0)
-    tf = r.corpus.doc_tf
     assert cands.terms.shape == (len(terms), miner.max_candidates)
     assert cands.features.shape == (*cands.terms.shape, len(miner.feature_names))
     for i, q in enumerate(terms):
@@ -42,7 +42,7 @@ def test_candidates_contents_and_features(world):
         assert not set(got.tolist()) & set(q)
         assert not {r.vocab.terms[t] for t in got} & set(STOPWORDS_EN)
         # every candidate occurs in one of the query's feedback documents
-        in_feedback = np.asarray(tf[fb_idx[i]].sum(0)).ravel() > 0
+        in_feedback = np.asarray(r.corpus.rows(fb_idx[i]).sum(0)).ravel() > 0
         assert in_feedback[got].all()
         f = cands.features[i]
         assert (f[m:] == 0).all()
@@ -112,7 +112,7 @@ def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch
 @pytest.fixture(scope="module")
 def tiny_corpus():
     analyzer = Analyzer()
-    return CorpusTerms.build(TINY_DOCS, analyzer), analyzer
+    return CorpusTerms.build([TINY_DOCS], analyzer), analyzer
 
 
 def test_lsa_deterministic_normalised(tiny_corpus):
@@ -310,10 +310,11 @@ def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatc
             "candidate_mining.rerank_depth": "50", "candidate_mining.top_k0": "5"}
     ws = wsmod.Workspace(load_config("quickstart", over), torch.device("cpu"), progress=False)
     model = HashingModel.instances[-1]
-    assert model.calls == [len(ws.collection.doc_ids)]  # every document, once
+    n = len(ws.collection.doc_ids)
+    assert model.calls == [CORPUS_CHUNK_DOCS, n - CORPUS_CHUNK_DOCS]  # every document, once, chunk by chunk
     qids, texts, qrels = ws.collection.split("dev")
     qs, _ = ws.query_set("dev", qids[:10], texts[:10], qrels)
-    assert model.calls[1:] == [10] and qs.cand_valid.any()
+    assert model.calls[2:] == [10] and qs.cand_valid.any()
     bm25 = wsmod.Workspace(load_config("quickstart", {**over, "candidate_mining.feedback": "bm25"}),
                            torch.device("cpu"), progress=False)
     assert not torch.equal(bm25.query_set("dev", qids[:10], texts[:10], qrels)[0].cand_terms, qs.cand_terms)
@@ -339,3 +340,76 @@ def test_rm3_over_semantic_feedback_uses_the_reranked_documents():
     want = to_run(["q"], r.doc_ids, *r.search(t, w, k=5))
     assert got == want
     assert got != rm3_run(r, ["q"], texts, k=5, fb_docs=1, fb_terms=3)  # BM25's first document is doc 0
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_corpus_encode_resumes_after_interruption(tmp_path):
+    """Interrupted after k chunks, the encode resumes there: the encoder sees only the remaining documents, the
+    vectors equal an uninterrupted run's (float16 of the model's), a damaged chunk is encoded again."""
+    from helpers import default_collection
+
+    coll = default_collection()
+    n, step = coll.num_docs, 300
+    meta = {"model": "hashing", "corpus": "default"}
+
+    class Flaky(HashingModel):
+        def __init__(self, fail_at=None):
+            super().__init__()
+            self.fail_at = fail_at
+
+        def encode(self, texts):
+            if len(self.calls) == self.fail_at:
+                raise Interrupted
+            return super().encode(texts)
+
+    whole = encode_corpus(Flaky(), coll, tmp_path / "whole", meta, chunk_docs=step, progress=False)
+    assert whole.dtype == np.float16 and whole.shape == (n, 8) and isinstance(whole, np.memmap)
+    expected = HashingModel().encode([t for chunk in coll.iter_doc_texts() for t in chunk]).astype(np.float16)
+    assert np.array_equal(np.asarray(whole), expected)
+
+    folder = tmp_path / "resumed"
+    with pytest.raises(Interrupted):
+        encode_corpus(Flaky(fail_at=3), coll, folder, meta, chunk_docs=step, progress=False)
+    assert not (folder / "meta.json").exists() and (folder / "progress.json").exists()
+    second = Flaky()
+    resumed = encode_corpus(second, coll, folder, meta, chunk_docs=step, progress=False)
+    assert sum(second.calls) == n - 3 * step and second.calls[0] == step  # only the remaining documents
+    assert np.array_equal(np.asarray(resumed), np.asarray(whole))
+    assert not (folder / "progress.json").exists() and (folder / "meta.json").exists()
+
+    third = Flaky()  # complete: nothing to encode
+    assert np.array_equal(np.asarray(encode_corpus(third, coll, folder, meta, chunk_docs=step, progress=False)),
+                          np.asarray(whole)) and third.calls == []
+    # flip bytes inside chunk 4: that chunk and the ones after it are encoded again
+    raw = bytearray((folder / "vectors.npy").read_bytes())
+    raw[-(n - 4 * step) * 8 * 2 + 5] ^= 0xFF
+    (folder / "vectors.npy").write_bytes(bytes(raw))
+    fourth = Flaky()
+    repaired = encode_corpus(fourth, coll, folder, meta, chunk_docs=step, progress=False)
+    assert sum(fourth.calls) == n - 4 * step and np.array_equal(np.asarray(repaired), np.asarray(whole))
+    # another model or corpus is another entry, never a resume
+    fifth = Flaky()
+    encode_corpus(fifth, coll, folder, {**meta, "corpus": "other"}, chunk_docs=step, progress=False)
+    assert sum(fifth.calls) == n
+
+
+def test_progress_logs_how_long_the_rest_will_take(monkeypatch, caplog):
+    import adaptive_ir.progress as progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    with caplog.at_level("INFO", logger="adaptive_ir.progress"):
+        with progress.Progress(10_000, "encode documents", "doc", enabled=False) as bar:
+            now[0] = 2.0
+            bar.update(100)  # 50 documents/s measured on the first chunk
+            now[0] = 9.0
+            bar.update(100)  # later chunks are not logged
+        with progress.Progress(200, "tiny job", "doc", enabled=False) as bar:
+            now[0] = 10.0
+            bar.update(100)  # the rest takes well under LOG_AFTER_S: no log line
+    assert [r.getMessage() for r in caplog.records] == [
+        "encode documents: 10000 docs at 50 docs/s (measured on the first 100): about 3 min 18 s for the "
+        "remaining 9900"]

@@ -20,7 +20,7 @@ K1, B = 1.5, 0.75
 
 def _setup(texts: list[str], queries: list[str]):
     analyzer = Analyzer()
-    corpus = CorpusTerms.build(texts, analyzer)
+    corpus = CorpusTerms.build([texts], analyzer)
     doc_tokens = [analyzer.tokenize(t) for t in texts]
     # out-of-vocabulary query words score 0 in both libraries; drop them so both get the same tokens
     q_tokens = [[w for w in analyzer.tokenize(q) if w in corpus.vocab.ids] for q in queries]
@@ -67,12 +67,12 @@ def test_parity_tiny_corpus():
 def test_parity_scifact():
     coll = beir("scifact")
     qids, texts, _ = coll.split("test")
-    _parity(coll.doc_texts(), texts[:25], k=100)
+    _parity([t for chunk in coll.iter_doc_texts() for t in chunk], texts[:25], k=100)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    corpus = CorpusTerms.build(TINY_DOCS, Analyzer())
+    corpus = CorpusTerms.build([TINY_DOCS], Analyzer())
     return corpus, BM25Index.build(corpus, K1, B)
 
 
@@ -148,3 +148,120 @@ def test_search_k_capped_and_empty_batch(tiny):
     assert sorted(i[0].tolist()) == list(range(index.num_docs))
     s, i = index.search(torch.empty((0, 2), dtype=torch.long), k=3)
     assert s.shape == (0, 3) and i.dtype == torch.long
+
+
+MIXED_DOCS = [
+    "Über-große Café NAÏVE résumé — the İstanbul test, a b c x1 y_2 __init__",
+    "plain ASCII text: Fox, fox; FOX! a fox and 42 foxes\x01between\x1cseparators",
+    "",
+    "ünïcödé ß straße STRASSE 東京 tokyo 東京 東京",
+    "quick quick quick brown",
+    "",
+    "word\twith\ttabs\nand\nnewlines and the stopwords of it",
+    "ümlaut ONLY",
+]
+
+
+def _bm25s_arrays(corpus: CorpusTerms, k1: float, b: float):
+    """bm25s' own CSC arrays for our term ids (it indexes the documents as lists of our ids)."""
+    ref = bm25s.BM25(k1=k1, b=b, method="lucene")
+    ref.index((corpus.doc_token_ids(), {str(i): i for i in range(len(corpus.vocab))}), show_progress=False)
+    return ref.scores["data"], ref.scores["indices"], ref.scores["indptr"]
+
+
+def _streamed(texts: list[str], chunk: int) -> CorpusTerms:
+    return CorpusTerms.build((texts[i:i + chunk] for i in range(0, len(texts), chunk)), Analyzer(), len(texts))
+
+
+@pytest.mark.parametrize("chunk,chars,block", [(1, 1 << 20, 1), (2, 1 << 20, 3), (3, 1 << 20, 1 << 20),
+                                                (100, 40, 7), (100, 1, 1 << 20)])
+def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, block, monkeypatch):
+    import adaptive_ir.index as index_module
+    import adaptive_ir.text as text_module
+
+    texts = MIXED_DOCS + TINY_DOCS
+    analyzer = Analyzer()
+    whole = CorpusTerms.build([texts], analyzer)
+    monkeypatch.setattr(text_module, "_ANALYZE_CHARS", chars)  # chunks analyzed in runs of about this much text
+    monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", block)  # counting-sort blocks, some of empty documents
+    streamed = _streamed(texts, chunk)
+    # the vocabulary is every kept token in order of first occurrence, as the analyzer tokenizes each document
+    tokens = [analyzer.tokenize(t) for t in texts]
+    assert streamed.vocab.terms == list(dict.fromkeys(t for doc in tokens for t in doc))
+    assert {"über", "große", "東京", "x1", "y_2", "__init__", "between", "separators"} <= set(streamed.vocab.ids)
+    assert not {"a", "b", "c", "the", "and", "\x01"} & set(streamed.vocab.ids)
+    for name in ("doc_len", "indptr", "terms", "tf"):
+        assert np.array_equal(getattr(whole, name), getattr(streamed, name)), name
+    # the forward index holds each document's term counts exactly
+    for d, doc in enumerate(tokens):
+        lo, hi = streamed.indptr[d], streamed.indptr[d + 1]
+        counts = {streamed.vocab.terms[t]: int(f) for t, f in zip(streamed.terms[lo:hi], streamed.tf[lo:hi])}
+        assert counts == {w: doc.count(w) for w in doc} and streamed.doc_len[d] == len(doc)
+    index = BM25Index.build(streamed, K1, B)
+    data, indices, indptr = _bm25s_arrays(streamed, K1, B)
+    assert index.indices.dtype == torch.int32
+    assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
+    assert np.array_equal(index.data.numpy(), data)  # bit for bit
+    # the miner's per-posting impacts are the index's numbers
+    docs = np.repeat(np.arange(streamed.num_docs), np.diff(streamed.indptr))
+    impacts = index.weights.impacts(streamed.terms, streamed.tf, streamed.doc_len[docs])
+    by_posting = dict(zip(zip(docs.tolist(), streamed.terms.tolist()), impacts.tolist()))
+    csc = {(d, t): v for t in range(index.vocab_size)
+           for d, v in zip(*(a.tolist() for a in index.term_impacts(t)))}
+    assert by_posting == csc
+
+
+def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
+    import adaptive_ir.index as index_module
+
+    texts = [t for chunk in beir("scifact").iter_doc_texts() for t in chunk]
+    monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", 10_000)  # many counting-sort blocks
+    corpus = _streamed(texts, 997)
+    index = BM25Index.build(corpus, K1, B)
+    data, indices, indptr = _bm25s_arrays(corpus, K1, B)
+    assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
+    np.testing.assert_array_equal(index.data.numpy(), data)
+    assert corpus.vocab.terms == CorpusTerms.build([texts], Analyzer()).vocab.terms
+
+
+def _collection(texts: list[str]):
+    from adaptive_ir.data import Collection
+
+    return Collection("cached", [f"d{i}" for i in range(len(texts))], [""] * len(texts), texts, {}, {})
+
+
+def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
+    from adaptive_ir.retrieval import Retriever
+
+    texts = MIXED_DOCS + TINY_DOCS
+    built = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    (folder,) = tmp_path.iterdir()  # one folder, no temporary left behind
+    assert folder.name.startswith("index-") and (folder / "params.json").is_file()
+    assert isinstance(built.corpus.terms, np.memmap) and isinstance(built.corpus.doc_len, np.memmap)
+    fresh = Retriever.build(_collection(texts), K1, B, "okapi")
+    assert built.vocab.terms == fresh.vocab.terms and built.index.meta == fresh.index.meta
+    assert built.corpus_sha256 == fresh.corpus_sha256
+    for name in ("data", "indices", "indptr"):
+        assert torch.equal(getattr(built.index, name), getattr(fresh.index, name)), name
+    for name in ("doc_len", "indptr", "terms", "tf"):
+        assert np.array_equal(getattr(built.corpus, name), getattr(fresh.corpus, name)), name
+    q = fresh.encode(TINY_QUERIES)
+    assert all(np.array_equal(a, b) for a, b in zip(built.search(q, k=4), fresh.search(q, k=4)))
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was built again although it is saved")
+
+    monkeypatch.setattr(CorpusTerms, "build", no_build)
+    again = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    assert torch.equal(again.index.data, fresh.index.data)
+    monkeypatch.undo()
+    # another corpus content, or other BM25 parameters: another index
+    Retriever.cached(_collection(texts[:-1] + ["changed"]), tmp_path, K1, B, "okapi")
+    Retriever.cached(_collection(texts), tmp_path, K1, B, "lucene")
+    assert len(list(tmp_path.iterdir())) == 3
+    # a damaged copy (here: arrays that disagree with params.json) is rebuilt, with a warning
+    np.save(folder / "doc_terms.npy", np.zeros(3, np.int32))
+    with caplog.at_level("WARNING"):
+        rebuilt = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    assert "damaged" in caplog.text
+    assert np.array_equal(rebuilt.corpus.terms, fresh.corpus.terms)

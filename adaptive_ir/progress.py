@@ -1,0 +1,58 @@
+"""Progress of the long precomputes (tokenizing a corpus, mining candidates, encoding documents).
+
+A tqdm.auto bar (items/s, ETA) for people watching, and one log line after the first chunk saying how long the
+whole job will take at the rate just measured, for people reading a log of a run that lasts hours.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+LOG_AFTER_S = 5.0
+"""Jobs estimated to finish sooner than this get no estimate in the log."""
+
+
+def duration(seconds: float) -> str:
+    """``3 h 05 min``, ``12 min 40 s`` or ``8.2 s``."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.1f} s"
+
+
+class Progress:
+    """Counts ``total`` items (``initial`` already done, e.g. by an interrupted run) in chunks."""
+
+    def __init__(self, total: int, desc: str, unit: str, enabled: bool = True, initial: int = 0):
+        self.total, self.desc, self.unit, self.done = total, desc, unit, initial
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=True, leave=False,
+                        disable=not enabled, dynamic_ncols=True)
+        self.start = time.perf_counter()
+        self.estimated = False
+
+    def update(self, n: int) -> None:
+        self.done += n
+        self.bar.update(n)
+        left = self.total - self.done
+        if not self.estimated and n and left > 0:
+            self.estimated = True
+            rate = n / max(time.perf_counter() - self.start, 1e-9)
+            if left / rate < LOG_AFTER_S:
+                return
+            log.info("%s: %d %ss at %.0f %ss/s (measured on the first %d): about %s for the remaining %d",
+                     self.desc, self.total, self.unit, rate, self.unit, n, duration(left / rate), left)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False

@@ -1,0 +1,381 @@
+"""Scale: index build, search and rollout against corpus size, ours vs bm25s, each measured in its own process.
+
+Corpus: per size, a seeded synthetic BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv): a Zipfian
+vocabulary (``--vocab`` words, exponent ``--zipf``; the 33 stopwords are the most frequent words, as in English),
+log-normal document lengths (mean ``--doc-len`` tokens), ``--non-ascii`` of the documents carrying one en dash
+(so they take the analyzer's regex path, as a real corpus's accented names and typography do), and queries of three
+mid-frequency words drawn from one document each, judged relevant to that document. Or a real BEIR folder
+(``--data-dir``). For each size, three subprocesses, so each peak RSS (``ru_maxrss``) is its own:
+
+* ``ours``:    load the collection, ``Retriever.build`` (stream → forward index → BM25 CSC), batched top-100
+  search of the test queries; the index is then saved for the rollout process;
+* ``bm25s``:   load the same collection, ``bm25s.tokenize`` + ``BM25.index`` (the same analyzer: lowercase, the
+  same pattern and stopwords) on the list of document texts, ``retrieve`` top-100 single-thread;
+* ``rollout``: a ``Workspace`` (the saved index memory-mapped), candidates mined for the train queries, an
+  untrained agent's batched rollout (``benchmarks/rollout.py``'s ``run_episodes``, B = ``--batch``). Its embeddings
+  are seeded random vectors per text (their values do not change the cost of a step; fitting LSA on millions of
+  documents is not what is measured here).
+
+Build time excludes loading the collection (both sides load it the same way); peak RSS includes it, and
+``rss_loaded`` is the RSS right after loading. Search also reports whether ours and bm25s rank the same
+documents (up to ties).
+
+    python benchmarks/scale.py --json benchmarks/results/scale.json            # 10k, 100k, 1M documents
+    python benchmarks/scale.py --sizes 5000000 --json benchmarks/results/scale_5m.json
+    python benchmarks/scale.py --data-dir ../shared/datasets/scifact
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bm25s.stopwords import STOPWORDS_EN as STOPWORDS
+
+import _common as common
+
+DEFAULT_SIZES = "10000,100000,1000000"
+TOP_K = 100
+
+
+# ---------------------------------------------------------------------------------------------- the corpus
+def _word(rank: int) -> str:
+    """A distinct lowercase word per rank (base 26, at least two letters)."""
+    rank += 26
+    out = []
+    while rank:
+        rank, r = divmod(rank, 26)
+        out.append(chr(97 + r))
+    return "".join(reversed(out))
+
+
+def generate(folder: Path, num_docs: int, args) -> Path:
+    """Write the synthetic BEIR folder (skipped when one with the same settings is there already)."""
+    settings = {"num_docs": num_docs, "vocab": args.vocab, "zipf": args.zipf, "doc_len": args.doc_len,
+                "non_ascii": args.non_ascii, "queries": [args.train_queries, args.test_queries], "seed": args.seed}
+    marker = folder / "settings.json"
+    if marker.is_file() and json.loads(marker.read_text()) == settings:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "qrels").mkdir(parents=True)
+    rng = np.random.default_rng(args.seed)
+    words, rank = sorted(STOPWORDS), 0
+    while len(words) < args.vocab:
+        w = _word(rank)
+        rank += 1
+        if w not in STOPWORDS:
+            words.append(w)
+    words = np.array(words, dtype=object)
+    cdf = np.cumsum(1.0 / np.arange(1, args.vocab + 1) ** args.zipf)
+    cdf /= cdf[-1]
+    sigma = 0.5  # mean of a log-normal: exp(mu + sigma^2 / 2)
+    lengths = np.maximum(1, rng.lognormal(np.log(args.doc_len) - sigma ** 2 / 2, sigma, num_docs)).astype(np.int64)
+    n_queries = args.train_queries + args.test_queries
+    query_docs = np.sort(rng.choice(num_docs, size=min(n_queries, num_docs), replace=False))
+    queries = {}
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for lo in range(0, num_docs, 50_000):
+            hi = min(num_docs, lo + 50_000)
+            offsets = np.concatenate([[0], np.cumsum(lengths[lo:hi])])
+            ids = np.searchsorted(cdf, rng.random(offsets[-1]))
+            tokens = words[ids]
+            dash = rng.random(hi - lo) < args.non_ascii
+            lines = []
+            for i in range(hi - lo):
+                doc = tokens[offsets[i]:offsets[i + 1]].tolist()
+                if dash[i] and len(doc) > 1:
+                    doc.insert(len(doc) // 2, "–")
+                lines.append(json.dumps({"_id": f"d{lo + i}", "title": "", "text": " ".join(doc) + "."},
+                                        ensure_ascii=False))
+            f.write("\n".join(lines) + "\n")
+            for d in query_docs[(query_docs >= lo) & (query_docs < hi)].tolist():
+                doc_ids = ids[offsets[d - lo]:offsets[d - lo + 1]]
+                content = np.unique(doc_ids[(doc_ids >= 100) & (doc_ids < 100_000)])  # neither stopword nor hapax
+                if len(content):
+                    queries[f"q{len(queries)}"] = (" ".join(words[rng.choice(content, min(3, len(content)),
+                                                                                replace=False)]), f"d{d}")
+    qids = list(queries)
+    rng.shuffle(qids)
+    split = {"train": qids[:args.train_queries], "test": qids[args.train_queries:]}
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"_id": q, "text": queries[q][0]}) + "\n" for q in sorted(queries))
+    for name, members in split.items():
+        with open(folder / "qrels" / f"{name}.tsv", "w", encoding="utf-8") as f:
+            f.write("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{queries[q][1]}\t1\n" for q in members))
+    marker.write_text(json.dumps(settings))
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def _rss() -> int | None:
+    """Current resident set size in bytes (Linux), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _test_queries(collection):
+    _, texts, _ = collection.split("test")
+    return texts
+
+
+def worker_ours(args) -> dict:
+    from adaptive_ir.retrieval import Retriever, index_folder
+
+    collection = common.load_collection(args.data_dir)
+    out = {"rss_loaded": _rss(), "num_docs": collection.num_docs}
+    t0 = time.perf_counter()
+    retriever = Retriever.build(collection, progress=False)
+    out["build_s"] = time.perf_counter() - t0
+    out["peak_rss_build"] = _peak_rss()
+    queries = [q for q in retriever.encode(_test_queries(collection)) if q]
+    retriever.search(queries[:1], k=TOP_K)  # warm-up: first-call set-up is not search
+    t0 = time.perf_counter()
+    scores, docs = retriever.search(queries, k=TOP_K)
+    out["search_s"] = time.perf_counter() - t0
+    out["queries_per_s"] = len(queries) / out["search_s"]
+    out["peak_rss_build_search"] = _peak_rss()
+    out.update(vocab_size=len(retriever.vocab), postings=retriever.corpus.num_postings,
+               index_bytes=sum(a.nbytes for a in (retriever.corpus.terms, retriever.corpus.tf, retriever.corpus.indptr,
+                                                  retriever.corpus.doc_len))
+               + sum(t.numel() * t.element_size() for t in (retriever.index.data, retriever.index.indices,
+                                                            retriever.index.indptr)))
+    np.savez(Path(args.out_dir) / "ours_topk.npz", scores=scores, docs=docs)
+    t0 = time.perf_counter()
+    retriever.save(index_folder(args.cache_dir, retriever.corpus_sha256))
+    out["save_s"] = time.perf_counter() - t0
+    return out
+
+
+def worker_bm25s(args) -> dict:
+    import bm25s
+
+    collection = common.load_collection(args.data_dir)
+    out = {"rss_loaded": _rss(), "num_docs": collection.num_docs}
+    t0 = time.perf_counter()
+    # bm25s.tokenize iterates its input: it gets the documents streamed, as our build does
+    tokens = bm25s.tokenize((t for chunk in collection.iter_doc_texts() for t in chunk), stopwords="en",
+                            show_progress=False)
+    out["tokenize_s"] = time.perf_counter() - t0
+    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    retriever.index(tokens, show_progress=False)
+    out["build_s"] = time.perf_counter() - t0
+    out["peak_rss_build"] = _peak_rss()
+    del tokens
+    from adaptive_ir.text import Analyzer
+
+    analyzer = Analyzer()
+    vocab = retriever.vocab_dict
+    queries = [[w for w in analyzer.tokenize(t) if w in vocab] for t in _test_queries(collection)]
+    queries = [q for q in queries if q]
+    k = min(TOP_K, collection.num_docs)
+    retriever.retrieve(queries[:1], k=k, n_threads=1, show_progress=False)  # warm-up, as for ours
+    t0 = time.perf_counter()
+    docs, scores = retriever.retrieve(queries, k=k, n_threads=1, show_progress=False)
+    out["search_s"] = time.perf_counter() - t0
+    out["queries_per_s"] = len(queries) / out["search_s"]
+    out["peak_rss_build_search"] = _peak_rss()
+    np.savez(Path(args.out_dir) / "bm25s_topk.npz", scores=scores, docs=docs)
+    return out
+
+
+class _RandomEmbedder:
+    """A seeded random unit vector per text: what the rollout costs does not depend on the values."""
+
+    def __init__(self, dim: int):
+        self.dim, self.identity = dim, {"provider": "random", "dim": dim}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        import zlib
+
+        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim) for t in texts]) \
+            if texts else np.zeros((0, self.dim))
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def worker_rollout(args) -> dict:
+    import torch
+
+    import adaptive_ir.workspace as workspace_module
+    from adaptive_ir.ppo import AmpContext
+    from adaptive_ir.reformulate import make_env
+    from adaptive_ir.trainer import build_agent
+    from rollout import run_episodes
+
+    device = common.setup(args)
+    workspace_module.make_embedder = lambda kind, path, corpus, analyzer, dim, *a: _RandomEmbedder(dim)
+    collection = common.load_collection(args.data_dir)
+    out = {"rss_loaded": _rss()}
+    t0 = time.perf_counter()
+    ws = common.workspace(args, device, collection=collection, **{"embeddings.cache_dir": args.cache_dir})
+    out["workspace_s"] = time.perf_counter() - t0  # hash the corpus, memory-map the saved index
+    qids, texts, _ = ws.collection.split("train")
+    t0 = time.perf_counter()
+    ws.miner.mine(ws.retriever.encode(texts))
+    out["mining_s"] = time.perf_counter() - t0
+    out["mining_queries_per_s"] = len(texts) / out["mining_s"]
+    qs, tables = ws.split("train")
+    torch.manual_seed(args.seed)
+    agent = build_agent(ws.cfg, ws, device)
+    agent.use_tables(tables)
+    amp = AmpContext(device, ws.cfg.training.use_amp, ws.cfg.training.amp_dtype)
+    order = torch.randperm(len(qs), generator=torch.Generator().manual_seed(args.seed))
+    env = make_env(ws.cfg, ws, qs)
+    run = run_episodes(agent, amp, qs, env, order, args.batch, args.episodes, args.seed)
+    out.update(episodes_per_s=run["episodes_per_s"], steps_per_s=run["steps_per_s"], B=args.batch,
+               episodes=run["episodes"], train_queries=len(qs), peak_rss=_peak_rss())
+    return out
+
+
+WORKERS = {"ours": worker_ours, "bm25s": worker_bm25s, "rollout": worker_rollout}
+
+
+def run_worker(kind: str, data_dir: Path, cache_dir: Path, out_dir: Path, args) -> dict:
+    """One measurement in a fresh interpreter; its JSON result."""
+    result = out_dir / f"{kind}.json"
+    cmd = [sys.executable, __file__, "--worker", kind, "--data-dir", str(data_dir), "--cache-dir", str(cache_dir),
+           "--out-dir", str(out_dir), "--json", str(result), "--config", args.config, "--device", args.device,
+           "--seed", str(args.seed), "--batch", str(args.batch), "--episodes", str(args.episodes)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 and kind == "bm25s":  # e.g. killed for memory on a big corpus: a result too
+        print(f"bm25s failed on {data_dir} (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return {"error": f"exit {proc.returncode}", "process_wall_s": time.perf_counter() - t0}
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} worker failed on {data_dir}:\n{proc.stderr[-4000:]}")
+    out = json.loads(result.read_text())
+    out["process_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def same_topk(ours: dict, ref: dict, tol: float = 1e-4) -> bool:
+    """Every query's top-k scores match rank by rank and the documents differ only where scores tie at the cut."""
+    for sa, da, sb, db in zip(ours["scores"], ours["docs"], ref["scores"], ref["docs"]):
+        if not np.allclose(sa, sb, rtol=tol, atol=tol):
+            return False
+        cut = min(sa[-1], sb[-1]) + tol
+        if set(da[sa > cut].tolist()) != set(db[sb > cut].tolist()):
+            return False
+    return True
+
+
+def measure(data_dir: Path, args, work: Path) -> dict:
+    cache, out = work / "cache", work / "out"
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    row = {kind: run_worker(kind, data_dir, cache, out, args) for kind in ("ours", "bm25s", "rollout")}
+    row["num_docs"] = row["ours"]["num_docs"]
+    shutil.rmtree(cache, ignore_errors=True)
+    o, b = row["ours"], row["bm25s"]
+    if "error" in b:
+        return row
+    ours, ref = (dict(np.load(out / f"{k}_topk.npz")) for k in ("ours", "bm25s"))
+    row["topk_identical"] = same_topk(ours, ref)
+    row["ratio"] = {"build_time": o["build_s"] / b["build_s"],
+                    "peak_rss_build_search": o["peak_rss_build_search"] / b["peak_rss_build"],
+                    "search_queries_per_s": o["queries_per_s"] / b["queries_per_s"]}
+    row["goals"] = {"peak_rss_le_bm25s": o["peak_rss_build_search"] <= b["peak_rss_build"],
+                    "build_time_le_bm25s": o["build_s"] <= b["build_s"]}
+    return row
+
+
+def plot(rows: list[dict], args, name: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    n = [r["num_docs"] for r in rows]
+    panels = [("build (s)", "build time", lambda r, k: r[k]["build_s"]),
+              ("peak RSS (GiB)", "peak RSS: ours build + search,\nbm25s tokenize + index",
+               lambda r, k: r[k]["peak_rss_build_search" if k == "ours" else "peak_rss_build"] / 2 ** 30),
+              ("per second", "search queries/s (top-100),\nrollout episodes/s", lambda r, k: r[k]["queries_per_s"])]
+    ref = [r for r in rows if "error" not in r["bm25s"]]
+    for ax, (ylabel, title, get) in zip(axes, panels):
+        ax.plot(n, [get(r, "ours") for r in rows], "o-", label="ours")
+        ax.plot([r["num_docs"] for r in ref], [get(r, "bm25s") for r in ref], "s--",
+                label="bm25s (tokenize + index; retrieve 1 thread)")
+        ax.set(xscale="log", yscale="log", xlabel="documents", ylabel=ylabel, title=title)
+    axes[2].plot(n, [r["rollout"]["episodes_per_s"] for r in rows], "^:", label="rollout episodes/s (ours)")
+    axes[0].legend(fontsize=8)
+    axes[2].legend(fontsize=8)
+    fig.suptitle("Cost against corpus size")
+    return common.save_plot(fig, args, name)
+
+
+def main() -> None:
+    p = common.parser(__doc__.split("\n")[0])
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated document counts of synthetic corpora")
+    p.add_argument("--vocab", type=int, default=1_000_000, help="synthetic vocabulary size")
+    p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of word frequencies")
+    p.add_argument("--doc-len", type=float, default=100.0, help="mean document length in tokens")
+    p.add_argument("--non-ascii", type=float, default=0.25, help="fraction of documents with a non-ASCII character")
+    p.add_argument("--train-queries", type=int, default=1000)
+    p.add_argument("--test-queries", type=int, default=500)
+    p.add_argument("--batch", type=int, default=128, help="episodes in lockstep for the rollout measurement")
+    p.add_argument("--episodes", type=int, default=2048)
+    p.add_argument("--work-dir", default=None, help="where corpora and indexes go (default: a temporary folder, "
+                   "removed at the end); corpora found there with the same settings are reused")
+    p.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    p.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    p.add_argument("--out-dir", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        common.write_json(args.json, WORKERS[args.worker](args))
+        return
+    if args.quick:
+        args.sizes, args.vocab, args.train_queries, args.test_queries = "3000", 20_000, 64, 32
+        args.batch, args.episodes = 16, 32
+    device = common.setup(args)
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="adaptive-ir-scale-"))
+    rows = []
+    try:
+        if args.data_dir:
+            rows.append({"corpus": str(args.data_dir), **measure(Path(args.data_dir), args, work)})
+        for size in ([] if args.data_dir else [int(s) for s in args.sizes.split(",")]):
+            t0 = time.perf_counter()
+            folder = generate(work / f"synthetic-{size}", size, args)
+            row = {"corpus": f"synthetic-{size}", "generate_s": time.perf_counter() - t0,
+                   **measure(folder, args, work)}
+            rows.append(row)
+            o, b = row["ours"], row["bm25s"]
+            print(f"{size:>9,} docs  build {o['build_s']:7.1f} s vs bm25s {b.get('build_s', float('nan')):7.1f} s  "
+                  f" peak RSS {o['peak_rss_build_search'] / 2**30:5.2f} vs "
+                  f"{b.get('peak_rss_build', float('nan')) / 2**30:5.2f} GiB   search {o['queries_per_s']:8.0f} vs "
+                  f"{b.get('queries_per_s', float('nan')):6.0f} q/s   rollout "
+                  f"{row['rollout']['episodes_per_s']:6.0f} episodes/s", flush=True)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    payload = {"benchmark": "scale", "machine": common.machine(device),
+               "settings": {"sizes": [r["num_docs"] for r in rows], "data_dir": args.data_dir, "vocab": args.vocab,
+                            "zipf": args.zipf, "doc_len": args.doc_len, "non_ascii": args.non_ascii,
+                            "train_queries": args.train_queries, "test_queries": args.test_queries,
+                            "config": args.config, "B": args.batch, "episodes": args.episodes, "k": TOP_K,
+                            "quick": args.quick},
+               "rows": rows}
+    payload["plot"] = plot(rows, args, "scale")
+    common.write_json(args.json, payload)
+
+
+if __name__ == "__main__":
+    main()
