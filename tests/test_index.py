@@ -225,9 +225,9 @@ def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
 
 
 def _collection(texts: list[str]):
-    from adaptive_ir.data import Collection
+    from adaptive_ir.data import Collection, MemoryCorpus
 
-    return Collection("cached", [f"d{i}" for i in range(len(texts))], [""] * len(texts), texts, {}, {})
+    return Collection("cached", MemoryCorpus([f"d{i}" for i in range(len(texts))], [""] * len(texts), texts), {}, {})
 
 
 def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
