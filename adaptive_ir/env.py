@@ -29,6 +29,7 @@ compute the same rewards (tested); the accelerator mode is the one the sync-dete
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -133,27 +134,48 @@ def position_keys(num_docs: int, device: torch.device) -> torch.Tensor:
     return (1 << 32) - 1 - torch.arange(num_docs, device=device)
 
 
+class Judged(NamedTuple):
+    """The relevance judgements of B queries in the form the ranking reads them."""
+
+    docs: torch.Tensor
+    """(B, R) corpus positions of the relevant documents (padding points at document 0, masked by ``valid``)."""
+    valid: torch.Tensor
+    """(B, R) real entries."""
+    recall_coef: torch.Tensor
+    """(B,) the recall weight / the number of relevant documents."""
+
+    @classmethod
+    def of(cls, rel_docs: torch.Tensor, n_rel: torch.Tensor, weights: dict[str, float]) -> "Judged":
+        return cls(rel_docs.clamp(min=0), rel_docs >= 0, weights.get("recall", 0.0) / n_rel.clamp(min=1))
+
+    def take(self, rows: torch.Tensor) -> "Judged":
+        return Judged(self.docs[rows], self.valid[rows], self.recall_coef[rows])
+
+
 def ranked_metric(scores: torch.Tensor, rel_docs: torch.Tensor, n_rel: torch.Tensor, weights: dict[str, float],
-                  k: int, low: torch.Tensor | None = None) -> torch.Tensor:
+                  k: int) -> torch.Tensor:
     """Σ weight · metric of each row's ranking (see the module docstring for the rule): 'recall' = R@k,
-    'mrr' = RR@k. ``scores`` (B, N) float32, ``rel_docs`` (B, R) corpus positions, -1 padded.
+    'mrr' = RR@k. ``scores`` (B, N) float32, ``rel_docs`` (B, R) corpus positions, -1 padded."""
+    return rank_metric(scores, Judged.of(rel_docs, n_rel, weights), weights.get("mrr", 0.0), k)
+
+
+def rank_metric(scores: torch.Tensor, judged: Judged, mrr_weight: float, k: int, low: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """``ranked_metric`` over prepared judgements (the env prepares them once per episode).
 
     Equal to sorting every row and reading its top k, without a sort or any data-dependent shape: a relevant
     document is retrieved when its key is at least the k-th best key and its score is > 0, and the rank of the
     best retrieved one is the number of keys above it.
     """
     keys = ranking_keys(scores, low)
-    k = min(k, scores.shape[1])
-    kth = keys.topk(k, dim=1, sorted=False).values.amin(1)
-    rel_keys = keys.gather(1, rel_docs.clamp(min=0))
-    retrieved = (rel_keys >= kth.clamp(min=_POSITIVE_KEY)[:, None]) & (rel_docs >= 0)
-    out = torch.zeros(scores.shape[0], device=scores.device)
-    if weights.get("recall"):
-        out = out + weights["recall"] * retrieved.sum(1) / n_rel.clamp(min=1)
-    if weights.get("mrr"):
+    kth = keys.topk(min(k, scores.shape[1]), dim=1).values[:, -1]
+    rel_keys = keys.gather(1, judged.docs)
+    retrieved = (rel_keys >= kth.clamp(min=_POSITIVE_KEY)[:, None]) & judged.valid
+    out = retrieved.sum(1) * judged.recall_coef
+    if mrr_weight:
         best = torch.where(retrieved, rel_keys, -1).amax(1)
         rank = (keys > best[:, None]).sum(1)  # documents ranked above the best retrieved relevant one
-        out = out + weights["mrr"] * torch.where(best >= 0, 1.0 / (rank + 1), 0.0)
+        out = torch.add(out, (best >= 0) / (rank + 1), alpha=mrr_weight)
     return out
 
 
@@ -216,7 +238,7 @@ class ReformulationEnv:
     def reset(self, qidx: torch.Tensor) -> None:
         """Start one episode per query position in ``qidx`` (B,), a CPU tensor: the host picks the episodes and
         sizes their first search from its own copy of the posting counts."""
-        qs, b = self.qs, qidx.shape[0]
+        qs, b, m = self.qs, qidx.shape[0], self.M
         self.qidx = qidx.to(self.device, non_blocking=True)
         l0 = qs.terms.shape[1]
         self.t = 0
@@ -224,12 +246,16 @@ class ReformulationEnv:
         self.terms[:, :l0] = qs.terms[self.qidx]
         self.weights = torch.zeros(self.terms.shape, device=self.device)
         self.weights[:, :l0] = (qs.terms[self.qidx] != self.index.pad_id).float()
-        self.chosen = torch.zeros((b, self.M), dtype=torch.bool, device=self.device)
+        # per-episode candidate tables with two extra slots: M (STOP) and M + 1, where the actions of episodes
+        # that do not expand are sent: a padding term of weight 0 and no postings, whose "chosen" flag is scratch
+        pad = lambda x, value: torch.nn.functional.pad(x, (0, 2), value=value)  # noqa: E731
+        self._chosen = torch.zeros((b, m + 2), dtype=torch.bool, device=self.device)
+        self._cand_terms = pad(qs.cand_terms[self.qidx], self.index.pad_id)
+        self._cand_weight = pad(self.expansion_weight * qs.cand_weight[self.qidx], 0.0)
+        self._cand_start = self.index.indptr[self._cand_terms]
+        self._cand_count = self.index.indptr[self._cand_terms + 1] - self._cand_start
         self.alive = torch.ones(b, dtype=torch.bool, device=self.device)
-        # per-episode views of the QuerySet, gathered once instead of at every step
-        self.cand_terms = qs.cand_terms[self.qidx]
-        self.cand_weight = self.expansion_weight * qs.cand_weight[self.qidx]
-        self.rel_docs, self.n_rel = qs.rel_docs[self.qidx], qs.n_rel[self.qidx]
+        self.judged = Judged.of(qs.rel_docs[self.qidx], qs.n_rel[self.qidx], self.reward_weights)
         self.exclude = qs.exclude_docs[self.qidx] if qs.has_exclusions else None
         self.scores = None
         if not self.scored:
@@ -241,9 +267,14 @@ class ReformulationEnv:
             self.scores = self.index.score(self.terms[:, :l0], self.weights[:, :l0], total=total)
             if self.exclude is not None:
                 drop_excluded(self.scores, self.exclude)
-            self.metric = self._rank(self.scores, self.rel_docs, self.n_rel)
+            self.metric = self._rank(self.scores, self.judged)
         else:
             self.metric = self._rescore(None)
+
+    @property
+    def chosen(self) -> torch.Tensor:
+        """(B, M) candidates already added."""
+        return self._chosen[:, : self.M]
 
     def legal(self) -> torch.Tensor:
         """(B, M+1) legal actions: unchosen valid candidates, and STOP (always legal)."""
@@ -254,62 +285,69 @@ class ReformulationEnv:
         """Apply (B,) actions; returns (reward, terminated), each (B,). Episodes that already ended ignore their
         action (reward 0, not terminated again); STOP and the step that reaches ``max_steps`` terminate."""
         expand = self.alive & (actions < self.M)
-        stop = self.alive & (actions == self.M)
-        slot = actions.clamp(max=self.M - 1)[:, None]
-        term = self.cand_terms.gather(1, slot).squeeze(1).masked_fill(~expand, self.index.pad_id)
-        weight = self.cand_weight.gather(1, slot).squeeze(1) * expand
+        slot = torch.where(expand, actions, self.M + 1)[:, None]
+        term = self._cand_terms.gather(1, slot).squeeze(1)
+        weight = self._cand_weight.gather(1, slot).squeeze(1)
         col = self.qs.terms.shape[1] + self.t
         self.terms[:, col], self.weights[:, col] = term, weight
-        self.chosen.scatter_(1, slot, self.chosen.gather(1, slot) | expand[:, None])
-        reward = torch.zeros_like(weight)
+        self._chosen.scatter_(1, slot, True)
         if self.scored:
-            new = self._metric_after(term, weight, expand)
-            reward = torch.where(expand, new - self.metric, 0.0)
-            self.metric = torch.where(expand, new, self.metric)
+            new = self._metric_after(slot, term, weight, expand)
+            # episodes that did not expand kept their scores, so their metric comes out unchanged: reward 0
+            reward = new - self.metric
+            self.metric = new
+        else:
+            reward = torch.zeros_like(weight)
         self.t += 1
-        last = self.t >= self.max_steps
-        self.alive = expand & (not last)
-        return reward, (stop | expand) if last else stop
+        if self.t < self.max_steps:
+            terminated = self.alive ^ expand  # alive, and took STOP
+            self.alive = expand
+        else:
+            terminated, self.alive = self.alive, torch.zeros_like(expand)
+        return reward, terminated
 
     # ------------------------------------------------------------------ scoring
-    def _metric_after(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor) -> torch.Tensor:
+    def _metric_after(self, slot: torch.Tensor, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor
+                      ) -> torch.Tensor:
         """Reward metric of every episode once ``term`` × ``weight`` is added (weight 0 where not expanding)."""
         rows = expand.nonzero().squeeze(1) if self.compact else None
         if self.scores is None:
             return self._rescore(rows)
         if rows is None:
-            self._add_postings(term, weight)
+            self._add_postings(slot, weight)
             if self.exclude is not None:
                 drop_excluded(self.scores, self.exclude)
-            return self._rank(self.scores, self.rel_docs, self.n_rel)
+            return self._rank(self.scores, self.judged)
         new = self.metric.clone()
         if rows.numel():
             delta = self.index.score(term[rows, None], weight[rows, None])
             if self.exclude is not None:
                 drop_excluded(delta, self.exclude[rows])
             self.scores.index_add_(0, rows, delta)
-            new[rows] = self._rank(self.scores[rows], self.rel_docs[rows], self.n_rel[rows])
+            new[rows] = self._rank(self.scores[rows], self.judged.take(rows))
         return new
 
-    def _rank(self, scores: torch.Tensor, rel_docs: torch.Tensor, n_rel: torch.Tensor) -> torch.Tensor:
-        return ranked_metric(scores, rel_docs, n_rel, self.reward_weights, self.reward_k, self._low)
+    def _rank(self, scores: torch.Tensor, judged: Judged) -> torch.Tensor:
+        return rank_metric(scores, judged, self.reward_weights.get("mrr", 0.0), self.reward_k, self._low)
 
-    def _add_postings(self, term: torch.Tensor, weight: torch.Tensor) -> None:
-        """scores[b] += weight[b] · impacts of term[b], as one fixed (B, P) gather and scatter."""
+    def _add_postings(self, slot: torch.Tensor, weight: torch.Tensor) -> None:
+        """scores[b] += weight[b] · impacts of the term in ``slot``, as one fixed (B, P) gather and scatter."""
         index, width = self.index, self._slots.shape[0]
-        start = index.indptr[term]
-        count = index.indptr[term + 1] - start
-        pos = (start[:, None] + self._slots).clamp_(max=index.data.shape[0] - 1).view(-1)
+        start = self._cand_start.gather(1, slot)
+        count = self._cand_count.gather(1, slot)
+        pos = (start + self._slots).clamp_(max=index.data.shape[0] - 1).view(-1)
         docs = index.indices.index_select(0, pos).view(-1, width).long()
-        vals = index.data.index_select(0, pos).view(-1, width) * ((self._slots < count[:, None]) * weight[:, None])
+        vals = index.data.index_select(0, pos).view(-1, width) * ((self._slots < count) * weight[:, None])
         self.scores.scatter_add_(1, docs, vals)
 
     def _rescore(self, rows: torch.Tensor | None) -> torch.Tensor:
         """Reward metric from whole-query searches (the state would not fit): all episodes, or ``rows`` only."""
+        qs = self.qs
         pick = (lambda x: x) if rows is None else (lambda x: x[rows])  # noqa: E731
-        values = search_reward(self.index, pick(self.terms), pick(self.weights), pick(self.rel_docs),
-                               pick(self.n_rel), self.reward_weights, self.reward_k,
-                               None if self.exclude is None else pick(self.exclude), self.max_state_cells)
+        q = pick(self.qidx)
+        values = search_reward(self.index, pick(self.terms), pick(self.weights), qs.rel_docs[q], qs.n_rel[q],
+                               self.reward_weights, self.reward_k, None if self.exclude is None else pick(self.exclude),
+                               self.max_state_cells)
         if rows is None:
             return values
         new = self.metric.clone()

@@ -129,7 +129,7 @@ class Agent(nn.Module):
         chosen_f = chosen.to(ep.cand.dtype)
         cur = ep.q0 + (chosen_f.unsqueeze(1) @ ep.cand).squeeze(1)
         cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
-        frac = step.to(ep.cand.dtype) / self.max_steps
+        frac = step * (1.0 / self.max_steps)
         # query-candidate similarities as explicit features: cheap, and they spare the small scorer from
         # having to learn a bilinear interaction
         feats = torch.cat([ep.feats, chosen_f.unsqueeze(-1), frac[:, None, None].expand(-1, chosen.shape[1], 1),

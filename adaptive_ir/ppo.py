@@ -105,6 +105,8 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     if not getattr(optimizer, "_step_supports_amp_scaling", False):
         raise TypeError("ppo_update needs an optimizer that skips steps on the device (found_inf): "
                         "use adaptive_ir.ppo.make_optimizer (fused Adam)")
+    if samples < 1:
+        raise ValueError("ppo_update needs at least one transition")
     n, device = samples, buf.alive.device
     group = max(n, group_samples or n)
     size = max(1, min(s.minibatch_size, group))
