@@ -78,9 +78,9 @@ def instrumented(prof: Profile, agent, env):
     """Time the phases of ``collect`` without changing what it computes."""
     hooks = [agent.register_forward_pre_hook(lambda *_: prof.enter("policy_forward")),
              agent.register_forward_hook(lambda *_: prof.exit())]
-    saved = rollout_module.policy_step, env_module.ranked_metric, env.index
+    saved = rollout_module.policy_step, env_module.rank_metric, env.index
     rollout_module.policy_step = prof.wrap("action_sampling", saved[0])
-    env_module.ranked_metric = prof.wrap("reward_metric", saved[1])
+    env_module.rank_metric = prof.wrap("reward_metric", saved[1])
     env.index = _TimedIndex(env.index, prof)
     env.step, env.reset = prof.wrap("env_bookkeeping", env.step), prof.wrap("env_bookkeeping", env.reset)
     env._add_postings = prof.wrap("add_postings", env._add_postings)
@@ -89,7 +89,7 @@ def instrumented(prof: Profile, agent, env):
     finally:
         for h in hooks:
             h.remove()
-        rollout_module.policy_step, env_module.ranked_metric, env.index = saved
+        rollout_module.policy_step, env_module.rank_metric, env.index = saved
         for name in ("step", "reset", "_add_postings"):
             del env.__dict__[name]
 
