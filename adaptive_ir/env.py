@@ -233,6 +233,7 @@ class ReformulationEnv:
         self.postings_width = int(lengths[queries.cand_terms.cpu()].max()) if queries.cand_terms.numel() else 0
         self._slots = torch.arange(max(1, self.postings_width), device=self.device)
         self._low = position_keys(index.num_docs, self.device)
+        self._initial = self._initial_state() if scored else None
 
     # ------------------------------------------------------------------ episode state
     def reset(self, qidx: torch.Tensor) -> None:
@@ -246,10 +247,10 @@ class ReformulationEnv:
         self.terms[:, :l0] = qs.terms[self.qidx]
         self.weights = torch.zeros(self.terms.shape, device=self.device)
         self.weights[:, :l0] = (qs.terms[self.qidx] != self.index.pad_id).float()
-        # per-episode candidate tables with two extra slots: M (STOP) and M + 1, where the actions of episodes
-        # that do not expand are sent: a padding term of weight 0 and no postings, whose "chosen" flag is scratch
-        pad = lambda x, value: torch.nn.functional.pad(x, (0, 2), value=value)  # noqa: E731
-        self._chosen = torch.zeros((b, m + 2), dtype=torch.bool, device=self.device)
+        # per-episode candidate tables with one extra slot, M, where the actions of episodes that do not expand
+        # are sent: a padding term of weight 0 and no postings, whose "chosen" flag is scratch
+        pad = lambda x, value: torch.nn.functional.pad(x, (0, 1), value=value)  # noqa: E731
+        self._chosen = torch.zeros((b, m + 1), dtype=torch.bool, device=self.device)
         self._cand_terms = pad(qs.cand_terms[self.qidx], self.index.pad_id)
         self._cand_weight = pad(self.expansion_weight * qs.cand_weight[self.qidx], 0.0)
         self._cand_start = self.index.indptr[self._cand_terms]
@@ -261,15 +262,32 @@ class ReformulationEnv:
         if not self.scored:
             self.metric = torch.zeros(b, device=self.device)
             return
-        if b * self.index.num_docs <= self.max_state_cells:
+        if b * self.index.num_docs > self.max_state_cells:
+            self.metric = self._rescore(None)
+        elif self._initial is not None:
+            self.scores = self._initial[0].index_select(0, self.qidx)
+            self.metric = self._initial[1].index_select(0, self.qidx)
+        else:
             with allowed_sync():  # host data (.numpy() of a device tensor would raise): no device is waited for
                 total = int(self._q0_postings[qidx.numpy()].sum())
             self.scores = self.index.score(self.terms[:, :l0], self.weights[:, :l0], total=total)
             if self.exclude is not None:
                 drop_excluded(self.scores, self.exclude)
             self.metric = self._rank(self.scores, self.judged)
-        else:
-            self.metric = self._rescore(None)
+
+    def _initial_state(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Every query's q0 scores (Q, num_docs) and metric, computed once when they fit ``max_state_cells``: an
+        episode then starts with a copy instead of a search (each query starts many episodes)."""
+        qs, n = self.qs, self.index.num_docs
+        if len(qs) * n > self.max_state_cells:
+            return None
+        weights = (qs.terms != self.index.pad_id).float()
+        scores = torch.cat([self.index.score(qs.terms[lo:lo + 256], weights[lo:lo + 256])
+                            for lo in range(0, len(qs), 256)]) if len(qs) else torch.zeros(0, n, device=self.device)
+        if qs.has_exclusions:
+            drop_excluded(scores, qs.exclude_docs)
+        metric = self._rank(scores, Judged.of(qs.rel_docs, qs.n_rel, self.reward_weights))
+        return scores, metric
 
     @property
     def chosen(self) -> torch.Tensor:
@@ -285,7 +303,7 @@ class ReformulationEnv:
         """Apply (B,) actions; returns (reward, terminated), each (B,). Episodes that already ended ignore their
         action (reward 0, not terminated again); STOP and the step that reaches ``max_steps`` terminate."""
         expand = self.alive & (actions < self.M)
-        slot = torch.where(expand, actions, self.M + 1)[:, None]
+        slot = torch.where(expand, actions, self.M)[:, None]
         term = self._cand_terms.gather(1, slot).squeeze(1)
         weight = self._cand_weight.gather(1, slot).squeeze(1)
         col = self.qs.terms.shape[1] + self.t
@@ -313,32 +331,40 @@ class ReformulationEnv:
         rows = expand.nonzero().squeeze(1) if self.compact else None
         if self.scores is None:
             return self._rescore(rows)
+        self._add_postings(slot, weight, rows)
+        if self.exclude is not None:
+            drop_excluded(self.scores, self.exclude)
         if rows is None:
-            self._add_postings(slot, weight)
-            if self.exclude is not None:
-                drop_excluded(self.scores, self.exclude)
             return self._rank(self.scores, self.judged)
         new = self.metric.clone()
         if rows.numel():
-            delta = self.index.score(term[rows, None], weight[rows, None])
-            if self.exclude is not None:
-                drop_excluded(delta, self.exclude[rows])
-            self.scores.index_add_(0, rows, delta)
             new[rows] = self._rank(self.scores[rows], self.judged.take(rows))
         return new
 
     def _rank(self, scores: torch.Tensor, judged: Judged) -> torch.Tensor:
         return rank_metric(scores, judged, self.reward_weights.get("mrr", 0.0), self.reward_k, self._low)
 
-    def _add_postings(self, slot: torch.Tensor, weight: torch.Tensor) -> None:
-        """scores[b] += weight[b] · impacts of the term in ``slot``, as one fixed (B, P) gather and scatter."""
-        index, width = self.index, self._slots.shape[0]
+    def _add_postings(self, slot: torch.Tensor, weight: torch.Tensor, rows: torch.Tensor | None) -> None:
+        """scores[b] += weight[b] · impacts of the term in ``slot``: one fixed (B, P) gather and scatter, or, in
+        compact mode, for the expanding ``rows`` only, as wide as their longest posting list."""
+        index = self.index
         start = self._cand_start.gather(1, slot)
         count = self._cand_count.gather(1, slot)
-        pos = (start + self._slots).clamp_(max=index.data.shape[0] - 1).view(-1)
+        slots = self._slots
+        if rows is not None:
+            if not rows.numel():
+                return
+            start, count, weight = start[rows], count[rows], weight[rows]
+            slots = slots[: max(1, int(count.max()))]
+        width = slots.shape[0]
+        pos = (start + slots).clamp_(max=index.data.shape[0] - 1).view(-1)
         docs = index.indices.index_select(0, pos).view(-1, width).long()
-        vals = index.data.index_select(0, pos).view(-1, width) * ((self._slots < count) * weight[:, None])
-        self.scores.scatter_add_(1, docs, vals)
+        vals = index.data.index_select(0, pos).view(-1, width) * ((slots < count) * weight[:, None])
+        if rows is None:
+            self.scores.scatter_add_(1, docs, vals)
+        else:
+            target = docs + rows[:, None] * index.num_docs
+            self.scores.view(-1).index_add_(0, target.view(-1), vals.view(-1))
 
     def _rescore(self, rows: torch.Tensor | None) -> torch.Tensor:
         """Reward metric from whole-query searches (the state would not fit): all episodes, or ``rows`` only."""

@@ -35,12 +35,24 @@ def sample_actions(logp: torch.Tensor, generator: torch.Generator) -> torch.Tens
 @torch.no_grad()
 def policy_step(agent: Agent, amp: AmpContext, ep: EpisodeInputs, env: ReformulationEnv, step: torch.Tensor,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batched forward for every episode: (actions, log-probs, values). Greedy when generator is None."""
+    """One batched forward for every episode: (actions, log-probs, values). Greedy when generator is None.
+
+    In the env's compact (CPU) mode the forward skips the episodes that ended (their action is STOP, their
+    log-prob and value 0: the env ignores them and the buffer masks them)."""
+    rows = env.alive.nonzero().squeeze(1) if env.compact else None
+    chosen = env.chosen
+    if rows is not None:
+        ep, chosen, step = EpisodeInputs(*(x[rows] for x in ep)), chosen[rows], step[rows]
     with amp.autocast():
-        logits, values = agent(ep, env.chosen, step)
+        logits, values = agent(ep, chosen, step)
     logp_all = torch.log_softmax(logits.float(), dim=1)
     actions = greedy_actions(logp_all) if generator is None else sample_actions(logp_all, generator)
-    return actions, logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
+    logp, values = logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
+    if rows is not None:
+        b = env.alive.shape[0]
+        actions = torch.full((b,), env.M, device=rows.device).index_copy_(0, rows, actions)
+        logp, values = (torch.zeros(b, device=rows.device).index_copy_(0, rows, x) for x in (logp, values))
+    return actions, logp, values
 
 
 def step_counters(env: ReformulationEnv, batch: int) -> list[torch.Tensor]:

@@ -151,6 +151,24 @@ def count_syncs(fn) -> list[str]:
     return detector.events
 
 
+def count_cuda_syncs(fn, device: torch.device) -> int | None:
+    """On CUDA, the synchronising calls CUDA itself reports for ``fn`` (``torch.cuda.set_sync_debug_mode``, one
+    warning each): a second opinion beside ``count_syncs``. None on other devices."""
+    import warnings
+
+    if device.type != "cuda":
+        return None
+    sync(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum(1 for w in caught if "synchroniz" in str(w.message))
+
+
 def write_json(path: str | None, payload: dict) -> None:
     text = json.dumps(payload, indent=2, default=float)
     if path:

@@ -138,8 +138,9 @@ def main() -> None:
             batches = settings.epochs * stats["minibatches"]
             syncs = common.count_syncs(update)
             ops = common.count_ops(update, device)
+            cuda_syncs = common.count_cuda_syncs(update, device)  # the update's one statistics read included
             counts = {"minibatches": batches, "syncs_per_minibatch": len(syncs) / batches,
-                      "sync_kinds": sorted(set(syncs)),
+                      "sync_kinds": sorted(set(syncs)), "cuda_reported_syncs_per_update": cuda_syncs,
                       **{f"{k}_per_minibatch": v / batches for k, v in ops.items()}}
             counts["ops_per_minibatch"] = counts.pop("aten_ops_per_minibatch")
 

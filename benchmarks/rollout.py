@@ -152,10 +152,13 @@ def per_step_counts(agent, amp, qs, env, order: torch.Tensor, batch: int, seed: 
         steps.clear()
         syncs = common.count_syncs(run)
         n = len(steps)
+        cuda_syncs = common.count_cuda_syncs(run, device)
         ops = common.count_ops(run, device)
     finally:
         del env.__dict__["step"]
     out = {"B": batch, "steps_per_round": n, "syncs_per_step": len(syncs) / n, "sync_kinds": sorted(set(syncs))}
+    if cuda_syncs is not None:  # CUDA's own count, per round (the round's collect includes its reset)
+        out["cuda_reported_syncs_per_round"] = cuda_syncs
     out.update({f"{k}_per_step": v / n for k, v in ops.items()})
     out["ops_per_step"] = out.pop("aten_ops_per_step")
     return out

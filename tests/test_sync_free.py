@@ -82,6 +82,18 @@ def test_collect_and_update_make_no_host_sync(world, amp):
     assert amp.scaler.is_enabled() == (amp.enabled and amp.dtype == torch.float16)
 
 
+def test_episode_start_without_kept_first_scores_makes_no_host_sync(world):
+    # when the QuerySet's first scores are not kept (too many queries), each reset searches q0, sized on the host
+    _, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
+    small = ReformulationEnv(world.qs, env.index, 4, 40, env.reward_weights, compact=False,
+                             max_state_cells=8 * env.index.num_docs)
+    assert small._initial is None
+    with SyncDetector():
+        small.reset(torch.arange(8))
+        small.step(torch.zeros(8, dtype=torch.long))
+    assert small.scores is not None
+
+
 def test_greedy_rewrite_makes_no_host_sync(world):
     agent, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
     with SyncDetector():
