@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -95,6 +96,47 @@ def _world() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+class _Samples(NamedTuple):
+    """The update's transitions, one row each."""
+
+    qidx: torch.Tensor
+    chosen: torch.Tensor
+    step: torch.Tensor
+    actions: torch.Tensor
+    old_logp: torch.Tensor
+    old_values: torch.Tensor
+    adv: torch.Tensor
+    ret: torch.Tensor
+
+
+def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.Tensor, w: torch.Tensor,
+            s: PPOSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Minibatch ``mb`` (sample indices; weight ``w`` 0 for padding): the loss, and (policy loss, value loss,
+    entropy, approximate KL, clip fraction) as masked means over its real samples."""
+    ep = agent.episode_inputs(qs, d.qidx[mb])
+    with amp.autocast():
+        logits, values = agent(ep, d.chosen[mb], d.step[mb], parallel=True)
+    logp_all = torch.log_softmax(logits.float(), dim=1)
+    logp = logp_all.gather(1, d.actions[mb, None]).squeeze(1)
+    values, old_values, adv, ret = values.float(), d.old_values[mb], d.adv[mb], d.ret[mb]
+    log_ratio = logp - d.old_logp[mb]
+    ratio = log_ratio.exp()
+    count = w.sum().clamp(min=1)
+    mean = lambda x: (w * x).sum() / count  # noqa: E731
+    pg = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - s.clip_epsilon, 1 + s.clip_epsilon)))
+    if s.clip_value:
+        v_clip = old_values + (values - old_values).clamp(-s.clip_epsilon, s.clip_epsilon)
+        v_loss = 0.5 * mean(torch.max((values - ret) ** 2, (v_clip - ret) ** 2))
+    else:
+        v_loss = 0.5 * mean((values - ret) ** 2)
+    entropy = mean(-(logp_all.exp() * logp_all).sum(1))
+    loss = pg + s.value_loss_coef * v_loss - s.entropy_coef * entropy
+    with torch.no_grad():
+        stats = torch.stack([pg, v_loss, entropy, mean((ratio - 1) - log_ratio),
+                             mean(((ratio - 1).abs() > s.clip_epsilon).float())])
+    return loss, stats
+
+
 def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, buf: RolloutBuffer,
                qs: QuerySet, advantages: torch.Tensor, returns: torch.Tensor, s: PPOSettings,
                generator: torch.Generator, samples: int, group_samples: int | None = None,
@@ -108,82 +150,55 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     if samples < 1:
         raise ValueError("ppo_update needs at least one transition")
     n, device = samples, buf.alive.device
-    group = max(n, group_samples or n)
-    size = max(1, min(s.minibatch_size, group))
-    batches = -(-group // size)
+    size = max(1, min(s.minibatch_size, max(n, group_samples or n)))
+    batches = -(-max(n, group_samples or n) // size)
     idx = buf.flat_valid(n)
-    steps, episodes = buf.qidx.shape
-    t_of = torch.div(idx, episodes, rounding_mode="floor")
-    qidx = buf.qidx.reshape(-1)[idx]
-    chosen = buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx]
-    actions, old_logp = buf.actions.reshape(-1)[idx], buf.logprobs.reshape(-1)[idx]
-    old_values = buf.values.reshape(-1)[idx]
-    adv, ret = advantages.reshape(-1)[idx], returns.reshape(-1)[idx]
-    adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8) if n > 1 else adv
+    adv = advantages.reshape(-1)[idx]
+    d = _Samples(buf.qidx.reshape(-1)[idx], buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx],
+                 torch.div(idx, buf.qidx.shape[1], rounding_mode="floor"), buf.actions.reshape(-1)[idx],
+                 buf.logprobs.reshape(-1)[idx], buf.values.reshape(-1)[idx],
+                 (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8) if n > 1 else adv, returns.reshape(-1)[idx])
     # every minibatch has `size` slots; slots past this rank's samples point at sample 0 and weigh 0
-    slots = torch.arange(batches * size, device=device)
-    weight = (slots < n).float().view(batches, size)
+    weight = (torch.arange(batches * size, device=device) < n).float().view(batches, size)
     pad = torch.zeros(batches * size - n, dtype=torch.long, device=device)
 
     params = [p for p in agent.parameters() if p.requires_grad]
     world = _world()
     sums = torch.zeros(5, device=device)  # policy_loss, value_loss, entropy, approx_kl, clipfrac
-    stepped = torch.zeros((), device=device)
-    skipped = torch.zeros((), device=device)
+    stepped, skipped = torch.zeros((), device=device), torch.zeros((), device=device)
     streak = torch.full((), float(nonfinite_streak), device=device)
     worst = streak.clone()
     stopped = torch.zeros((), dtype=torch.bool, device=device)
     agent.eval()  # the network the rollout sampled from: no train-only behaviour may change the ratio
-    for _ in range(s.epochs):
-        order = torch.cat([torch.randperm(n, generator=generator, device=device), pad]).view(batches, size)
-        for j in range(batches):
-            mb, w = order[j], weight[j]
-            ep = agent.episode_inputs(qs, qidx[mb])
-            with amp.autocast():
-                logits, values = agent(ep, chosen[mb], t_of[mb], parallel=True)
-            logp_all = torch.log_softmax(logits.float(), dim=1)
-            logp = logp_all.gather(1, actions[mb, None]).squeeze(1)
-            values = values.float()
-            log_ratio = logp - old_logp[mb]
-            ratio = log_ratio.exp()
-            a = adv[mb]
-            count = w.sum().clamp(min=1)
-            mean = lambda x: (w * x).sum() / count  # noqa: E731 - a masked mean over this minibatch's samples
-            pg = mean(torch.max(-a * ratio, -a * ratio.clamp(1 - s.clip_epsilon, 1 + s.clip_epsilon)))
-            if s.clip_value:
-                v_clip = old_values[mb] + (values - old_values[mb]).clamp(-s.clip_epsilon, s.clip_epsilon)
-                v_loss = 0.5 * mean(torch.max((values - ret[mb]) ** 2, (v_clip - ret[mb]) ** 2))
-            else:
-                v_loss = 0.5 * mean((values - ret[mb]) ** 2)
-            entropy = mean(-(logp_all.exp() * logp_all).sum(1))
-            loss = pg + s.value_loss_coef * v_loss - s.entropy_coef * entropy
-            optimizer.zero_grad(set_to_none=True)
-            amp.scaler.scale(loss).backward()
-            amp.scaler.unscale_(optimizer)
-            # after DDP's all-reduce the gradients, hence this norm and the skip, are the same on every rank
-            norm = nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
-            nonfinite = ~torch.isfinite(norm) & ~stopped
-            skip = nonfinite | stopped
-            optimizer.found_inf = skip.float()
-            optimizer.step()
-            amp.scaler.update()
-            with torch.no_grad():
-                approx_kl = mean((ratio - 1) - log_ratio)
-                clipfrac = mean(((ratio - 1).abs() > s.clip_epsilon).float())
-                if s.target_kl is not None and world > 1:
-                    torch.distributed.all_reduce(approx_kl)
-                    approx_kl /= world
-                row = torch.stack([pg, v_loss, entropy, approx_kl, clipfrac]).detach()
+    try:
+        for _ in range(s.epochs):
+            order = torch.cat([torch.randperm(n, generator=generator, device=device), pad]).view(batches, size)
+            for mb, w in zip(order, weight):
+                loss, row = _losses(agent, amp, qs, d, mb, w, s)
+                optimizer.zero_grad(set_to_none=True)
+                amp.scaler.scale(loss).backward()
+                amp.scaler.unscale_(optimizer)
+                # after DDP's all-reduce the gradients, hence this norm and the skip, are the same on every rank
+                norm = nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
+                nonfinite = ~torch.isfinite(norm) & ~stopped
+                skip = nonfinite | stopped
+                optimizer.found_inf = skip.float()
+                optimizer.step()
+                amp.scaler.update()
+                if s.target_kl is not None and world > 1:  # the stop decision must be the same on every rank
+                    torch.distributed.all_reduce(row[3])
+                    row[3] /= world
                 sums += torch.where(skip, 0.0, row)
                 stepped += (~skip).float()
                 skipped += nonfinite.float()
                 streak = torch.where(nonfinite, streak + 1, torch.where(stopped, streak, 0.0))
                 worst = torch.maximum(worst, streak)
                 if s.target_kl is not None:
-                    stopped = stopped | (~skip & (approx_kl > s.target_kl))
-    del optimizer.found_inf
-    var_y = ret.var(unbiased=False)
-    var_res = (ret - old_values).var(unbiased=False)
+                    stopped = stopped | (~skip & (row[3] > s.target_kl))
+    finally:  # the flag belongs to this update: no later step() may see it
+        optimizer.__dict__.pop("found_inf", None)
+    var_y = d.ret.var(unbiased=False)
+    var_res = (d.ret - d.old_values).var(unbiased=False)
     with allowed_sync():  # the update's one read, for the log
         read = torch.cat([sums / stepped.clamp(min=1), torch.stack([stepped, skipped, streak, worst, var_y,
                                                                     var_res])]).tolist()

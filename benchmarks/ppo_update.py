@@ -135,7 +135,7 @@ def main() -> None:
                       "approx_kl": stats["approx_kl"], "nonfinite_skipped": stats["nonfinite_skipped"]}
         print(f"{name:9s} {rows[name]['samples_per_s']:10.1f} samples/s", flush=True)
         if name == "fp32":
-            batches = settings.epochs * stats["minibatches"]
+            batches = stats["minibatches"]  # of the whole update (every epoch)
             syncs = common.count_syncs(update)
             ops = common.count_ops(update, device)
             cuda_syncs = common.count_cuda_syncs(update, device)  # the update's one statistics read included
