@@ -17,9 +17,11 @@ the document whose title is the query).
 **No host round trip in a step.** Every step does the same tensor work whatever the actions: episodes that ended
 add a padding term with no postings and are masked. Scores are kept per episode as a (B, num_docs) matrix, and
 a step adds only the new term's postings, gathered into a fixed (B, P) block (P = the longest posting list among
-the QuerySet's candidates, known on the host), so shapes never depend on data. When the (B, num_docs) state would
-exceed ``max_state_cells``, each step re-scores the whole rewritten query instead (chunked; on an accelerator
-this reads the posting count once per chunk).
+the QuerySet's candidates, known on the host), so shapes never depend on data. An episode starts from a copy of
+its query's first scores and metric, computed once per QuerySet when all of them fit ``max_state_cells`` (each
+query starts many episodes), else from a search sized on the host. When even the (B, num_docs) state would exceed
+``max_state_cells``, each step re-scores the whole rewritten query instead (chunked; on an accelerator this reads
+the posting count once per chunk).
 
 On the CPU the host *is* the device, so reading a count costs nothing, while masked work costs the same as real
 work: there (``compact``) a step works on the episodes that expand only, with exactly sized gathers. Both modes
@@ -279,15 +281,17 @@ class ReformulationEnv:
         """Every query's q0 scores (Q, num_docs) and metric, computed once when they fit ``max_state_cells``: an
         episode then starts with a copy instead of a search (each query starts many episodes)."""
         qs, n = self.qs, self.index.num_docs
-        if len(qs) * n > self.max_state_cells:
+        if not len(qs) or len(qs) * n > self.max_state_cells:
             return None
-        weights = (qs.terms != self.index.pad_id).float()
-        scores = torch.cat([self.index.score(qs.terms[lo:lo + 256], weights[lo:lo + 256])
-                            for lo in range(0, len(qs), 256)]) if len(qs) else torch.zeros(0, n, device=self.device)
-        if qs.has_exclusions:
-            drop_excluded(scores, qs.exclude_docs)
-        metric = self._rank(scores, Judged.of(qs.rel_docs, qs.n_rel, self.reward_weights))
-        return scores, metric
+        scores, metrics = [], []
+        for lo in range(0, len(qs), 256):
+            rows = slice(lo, lo + 256)
+            s = self.index.score(qs.terms[rows], (qs.terms[rows] != self.index.pad_id).float())
+            if qs.has_exclusions:
+                drop_excluded(s, qs.exclude_docs[rows])
+            scores.append(s)
+            metrics.append(self._rank(s, Judged.of(qs.rel_docs[rows], qs.n_rel[rows], self.reward_weights)))
+        return torch.cat(scores), torch.cat(metrics)
 
     @property
     def chosen(self) -> torch.Tensor:

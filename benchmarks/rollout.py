@@ -221,8 +221,8 @@ def main() -> None:
         row = run_episodes(agent, amp, qs, env, order, b, n, args.seed)
         prof = Profile(device)
         run_episodes(agent, amp, qs, env, order, b, max(b, n // 4), args.seed, prof)
-        row.update(mode="compact" if env.compact else "fixed_shape", speedup=row["episodes_per_s"] / seq["episodes_per_s"],
-                   breakdown=breakdown(prof))
+        row.update(mode="compact" if env.compact else "fixed_shape", breakdown=breakdown(prof),
+                   speedup=row["episodes_per_s"] / seq["episodes_per_s"])
         if env.compact:
             other = run_episodes(agent, amp, qs, fixed, order, b, n, args.seed)
             row["fixed_shape"] = {k: other[k] for k in ("episodes_per_s", "steps_per_s")}
