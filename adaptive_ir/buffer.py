@@ -6,16 +6,16 @@ import torch
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, alive: torch.Tensor,
-                bootstrap: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+                gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over real time steps, vectorised over episodes.
 
-    All inputs are (T, E) except ``bootstrap`` (E,): V(s_T) for episodes cut at the step limit (truncated),
-    0 otherwise. ``alive[t]`` marks episodes that acted at step t; a STOP at t sets ``terminated[t]``, after
-    which the episode has no transitions. Returns (advantages, returns), 0 where not alive.
+    All inputs are (T, E). ``alive[t]`` marks episodes that acted at step t; ``terminated[t]`` marks the last
+    one, a STOP or the step that reached the limit (T: no action and so no reward can follow, and the step
+    fraction is observed, so nothing is bootstrapped). Returns (advantages, returns), 0 where not alive.
     """
     steps = rewards.shape[0]
     adv = torch.zeros_like(rewards)
-    next_value, next_adv = bootstrap, torch.zeros_like(bootstrap)
+    next_value = next_adv = torch.zeros_like(rewards[0])
     for t in reversed(range(steps)):
         if t + 1 < steps:
             # an episode alive at t+1 continues into it; one that stopped at t has nothing after it
@@ -42,7 +42,6 @@ class RolloutBuffer:
         self.rewards = torch.zeros(shape, **kw)
         self.terminated = torch.zeros(shape, dtype=torch.bool, **kw)
         self.alive = torch.zeros(shape, dtype=torch.bool, **kw)
-        self.bootstrap = torch.zeros(episodes, **kw)
 
     @property
     def nbytes(self) -> int:
@@ -50,13 +49,14 @@ class RolloutBuffer:
 
     def _tensors(self):
         return (self.qidx, self.chosen, self.actions, self.logprobs, self.values, self.rewards, self.terminated,
-                self.alive, self.bootstrap)
+                self.alive)
 
     def clear(self) -> None:
         """On-policy: nothing from an earlier update survives into the next."""
         for t in self._tensors():
             t.zero_()
 
-    def flat_valid(self) -> torch.Tensor:
-        """Flat (t * E + e) indices of the transitions that happened."""
-        return self.alive.reshape(-1).nonzero().squeeze(1)
+    def flat_valid(self, count: int) -> torch.Tensor:
+        """Flat (t * E + e) indices of the ``count`` transitions that happened (``count`` = alive.sum(), known to
+        the caller from the rollout statistics: with it the size is static and no value is read)."""
+        return torch.nonzero_static(self.alive.reshape(-1), size=count).squeeze(1)

@@ -29,7 +29,7 @@ CHECKPOINT_FORMAT = 1
 def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
     a = cfg.rl_agent
     agent = Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
-                  a.num_layers, a.dropout)
+                  a.num_layers)
     agent.core.init_stop_prior(cfg.candidate_mining.max_candidates)
     return agent.to(device)
 

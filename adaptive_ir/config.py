@@ -177,7 +177,8 @@ class AgentConfig:
     num_encoder_layers: NonNegInt | None = None
     """Alias of num_layers (the name the seed's agent reads); they must agree when both are set."""
     dropout: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
-    """Dropout in training updates (always off during rollouts)."""
+    """Accepted from the seed, not applied (a warning says so when > 0): PPO's probability ratio needs the
+    update's forward to be the network the rollout sampled from, so the policy never runs dropout."""
     max_steps_per_episode: Count = 5
     """T: terms the agent may add to a query before the episode is truncated."""
     num_query_variants: Count = 1
@@ -319,7 +320,11 @@ class TrainingConfig:
     embedding_cache_size: Count = 200000
     """Most rows kept in the on-disk embedding cache."""
     search_cache_size: NonNegInt = 10000
-    """Entries of the LRU cache of rewards per rewritten query; 0 disables it."""
+    """Accepted from the seed, unused (a warning says so): rewards are computed on the device at every step
+    (incrementally, see adaptive_ir/env.py); a host-side cache would need a device read per step."""
+    compile: bool = False
+    """torch.compile the policy forward and the env step as whole graphs (``mode="reduce-overhead"``, i.e. CUDA
+    graphs, on CUDA). Pays on a GPU, where a step is many small kernels; the first steps are slow (compiling)."""
 
     @property
     def checkpoint_path_dir(self) -> Path:
@@ -795,6 +800,18 @@ def _warn_unused(cfg: Config, origins: _Origins) -> None:
             f"; not among them: {', '.join(f'{m} ({ir})' for m, ir in missing.items())}: compute those from the "
             "run files written under <output_dir>/runs, e.g. `ir_measures <qrels> <run> "
             f"'{' '.join(missing.values())}'`" if missing else "",
+        )
+    if "training.search_cache_size" in origins.given:
+        log.warning(
+            "%s: training.search_cache_size: not used — rewards are computed on the device at every step "
+            "(incremental scoring), no reward cache",
+            origins.line("training.search_cache_size"),
+        )
+    if cfg.rl_agent.dropout > 0:
+        log.warning(
+            "%s: rl_agent.dropout: %g is not applied — PPO's probability ratio needs the update to run the same "
+            "network the rollout sampled from, so the policy runs without dropout",
+            origins.line("rl_agent.dropout"), cfg.rl_agent.dropout,
         )
     if {"training.pin_memory", "training.prefetch_factor"} & origins.given.keys():
         log.warning(

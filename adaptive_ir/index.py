@@ -159,13 +159,18 @@ class BM25Index:
                 w[i, : len(q)] = torch.as_tensor(weights[i] if weights is not None else [1.0] * len(q))
         return ids.to(self.device), w.to(self.device)
 
-    def score(self, terms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-        """Full (B, num_docs) BM25 scores for a batch of padded queries: Σ_t weight_t · impact(t, d)."""
+    def score(self, terms: torch.Tensor, weights: torch.Tensor | None = None, total: int | None = None
+              ) -> torch.Tensor:
+        """Full (B, num_docs) BM25 scores for a batch of padded queries: Σ_t weight_t · impact(t, d).
+
+        ``total``: the number of postings of ``terms``, when the caller knows it on the host (the rollout does):
+        without it the count is read from the device, a host-device synchronisation on a GPU."""
         bsz, width = terms.shape
         flat = terms.reshape(-1)
         start = self.indptr[flat]
         count = self.indptr[flat + 1] - start
-        total = int(count.sum())
+        if total is None:
+            total = int(count.sum())
         slots = torch.arange(flat.numel(), device=flat.device)
         slot = torch.repeat_interleave(slots, count, output_size=total)
         # position of each gathered posting: its term's start + its rank within that term's posting list, i.e.

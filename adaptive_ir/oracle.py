@@ -28,7 +28,8 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
         terms[:, :l0] = qs.terms[q]
         wts = torch.zeros(terms.shape, device=q.device)
         wts[:, :l0] = 1.0
-        best = search_reward(index, terms, wts, qs.rel_docs[q], qs.n_rel[q], weights, reward_k)
+        exclude = qs.exclude_docs[q] if qs.has_exclusions else None
+        best = search_reward(index, terms, wts, qs.rel_docs[q], qs.n_rel[q], weights, reward_k, exclude)
         legal = qs.cand_valid[q].clone()
         live = torch.ones(b, dtype=torch.bool, device=q.device)
         for t in range(max_steps):
@@ -38,7 +39,8 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
             trial[:, l0 + t] = qs.cand_terms[q].reshape(-1)
             trial_w[:, l0 + t] = expansion_weight * qs.cand_weight[q].reshape(-1)
             qq = q.repeat_interleave(m)
-            score = search_reward(index, trial, trial_w, qs.rel_docs[qq], qs.n_rel[qq], weights, reward_k).view(b, m)
+            score = search_reward(index, trial, trial_w, qs.rel_docs[qq], qs.n_rel[qq], weights, reward_k,
+                                  None if exclude is None else exclude.repeat_interleave(m)).view(b, m)
             score = score.masked_fill(~legal, -1.0)
             gain, slot = score.max(1)
             take = live & (gain > best + 1e-9)

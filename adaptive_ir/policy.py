@@ -12,6 +12,7 @@ chosen terms still reach every candidate through the current-query embedding and
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -26,15 +27,16 @@ class ActorCritic(nn.Module):
     """Candidate scorer over tensors only (the part DataParallel splits across GPUs)."""
 
     def __init__(self, emb_dim: int, feat_dim: int, hidden_dim: int = 128, num_heads: int = 4,
-                 num_layers: int = 1, dropout: float = 0.0):
+                 num_layers: int = 1):
         super().__init__()
         self.ctx = nn.Sequential(nn.Linear(2 * emb_dim + 1, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
         self.cand_emb = nn.Linear(emb_dim, hidden_dim)
         self.cand_feat = nn.Sequential(nn.Linear(feat_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
         self.mixer = None
         if num_layers > 0:
+            # no dropout: the PPO ratio needs the update's forward to equal the rollout's
             layer = nn.TransformerEncoderLayer(hidden_dim, num_heads, dim_feedforward=2 * hidden_dim,
-                                               dropout=dropout, batch_first=True, norm_first=True)
+                                               dropout=0.0, batch_first=True, norm_first=True)
             self.mixer = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.cand_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, hidden_dim), nn.GELU(),
                                        nn.Linear(hidden_dim, 1))
@@ -68,15 +70,31 @@ class ActorCritic(nn.Module):
         return logits, value
 
 
+class EpisodeInputs(NamedTuple):
+    """What the policy reads about each episode's query, fixed for the whole episode (gathered once per rollout
+    round; per sample in the update)."""
+
+    valid: torch.Tensor
+    """(B, M) real candidate slots."""
+    cand: torch.Tensor
+    """(B, M, D) candidate embeddings."""
+    q0: torch.Tensor
+    """(B, D) embedding of the original query."""
+    feats: torch.Tensor
+    """(B, M, F) the miner's candidate features."""
+    sim_q0: torch.Tensor
+    """(B, M, 1) candidate · q0."""
+
+
 class Agent(nn.Module):
     """Embedding tables + ActorCritic. Builds observations from ids, so rollouts store ids, not vectors."""
 
     def __init__(self, emb_dim: int, feat_dim: int, max_steps: int, hidden_dim: int = 128, num_heads: int = 4,
-                 num_layers: int = 1, dropout: float = 0.0):
+                 num_layers: int = 1):
         super().__init__()
         self.max_steps = max_steps
-        self.core = ActorCritic(emb_dim, feat_dim + EXTRA_FEATURES, hidden_dim, num_heads, num_layers, dropout)
-        self._runner = self.core
+        self.core = ActorCritic(emb_dim, feat_dim + EXTRA_FEATURES, hidden_dim, num_heads, num_layers)
+        self._runner = self._local = self.core
         self.query_table = self.term_table = None
 
     def use_tables(self, tables) -> None:
@@ -85,26 +103,35 @@ class Agent(nn.Module):
         self.query_table, self.term_table = tables.query, tables.term
 
     def parallelize(self, runner: nn.Module) -> None:
-        """Run the core through ``runner`` (DataParallel / DDP wrapper of ``self.core``).
+        """Run the PPO update's forwards through ``runner`` (a DataParallel / DDP wrapper of ``self.core``);
+        rollouts and evaluation keep the bare core on one device.
 
         Kept out of the module tree (object.__setattr__) so state_dict keys stay the same with or without it.
         """
         object.__setattr__(self, "_runner", runner)
 
-    def forward(self, qs: QuerySet, qidx: torch.Tensor, chosen: torch.Tensor, step: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits (B, M+1) and values (B,) for episodes at query positions ``qidx`` with ``chosen`` (B, M)."""
-        valid = qs.cand_valid[qidx]
-        legal = torch.cat([valid & ~chosen, torch.ones_like(valid[:, :1])], dim=1)
+    def compile_local(self, mode: str | None = None) -> None:
+        """Run the rollout and evaluation forwards (the bare core) through ``torch.compile`` as one graph; the
+        update's forwards (large minibatches, or a DDP / DataParallel wrapper) stay eager."""
+        object.__setattr__(self, "_local", torch.compile(self.core, fullgraph=True, mode=mode))
+
+    def episode_inputs(self, qs: QuerySet, qidx: torch.Tensor) -> EpisodeInputs:
+        """The fixed part of the observation of episodes at query positions ``qidx`` (B,)."""
         cand = self.term_table[qs.cand_rows[qidx]]  # (B, M, D)
         q0 = self.query_table[qs.q_rows[qidx]]
-        cur = q0 + (chosen.unsqueeze(1).to(cand.dtype) @ cand).squeeze(1)
+        return EpisodeInputs(qs.cand_valid[qidx], cand, q0, qs.cand_feats[qidx], cand @ q0.unsqueeze(-1))
+
+    def forward(self, ep: EpisodeInputs, chosen: torch.Tensor, step: torch.Tensor, parallel: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, M+1) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,).
+        ``parallel``: through the update's wrapper (DataParallel / DDP) rather than the bare core."""
+        legal = torch.cat([ep.valid & ~chosen, torch.ones_like(ep.valid[:, :1])], dim=1)
+        chosen_f = chosen.to(ep.cand.dtype)
+        cur = ep.q0 + (chosen_f.unsqueeze(1) @ ep.cand).squeeze(1)
         cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
-        frac = step.to(cand.dtype) / self.max_steps
+        frac = step * (1.0 / self.max_steps)
         # query-candidate similarities as explicit features: cheap, and they spare the small scorer from
         # having to learn a bilinear interaction
-        sim_q0 = (cand @ q0.unsqueeze(-1))
-        sim_cur = (cand @ cur.unsqueeze(-1))
-        feats = torch.cat([qs.cand_feats[qidx], chosen.unsqueeze(-1).to(cand.dtype),
-                           frac[:, None, None].expand(-1, chosen.shape[1], 1), sim_q0, sim_cur], dim=-1)
-        return self._runner(q0, cur, frac, cand, feats, legal)
+        feats = torch.cat([ep.feats, chosen_f.unsqueeze(-1), frac[:, None, None].expand(-1, chosen.shape[1], 1),
+                           ep.sim_q0, ep.cand @ cur.unsqueeze(-1)], dim=-1)
+        return (self._runner if parallel else self._local)(ep.q0, cur, frac, ep.cand, feats, legal)

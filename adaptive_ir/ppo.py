@@ -1,9 +1,21 @@
-"""The PPO update: clipped policy loss, clipped value loss, entropy bonus, under torch.amp when asked."""
+"""The PPO update: clipped policy loss, clipped value loss, entropy bonus, under torch.amp when asked.
+
+No minibatch reads a value on the host. The transitions are indexed once per update (their count comes from the
+rollout statistics), every minibatch has the same static size (the tail of the last one is masked), and a
+minibatch whose gradients are not finite, or that comes after the KL early stop, is skipped *on the device*:
+the fused Adam step takes a ``found_inf`` flag and leaves the parameters, moments and step count untouched.
+Statistics are summed on the device and read once at the end.
+
+Under DDP every rank runs the same number of minibatches (the largest rank's count, agreed by the caller), so
+every backward's gradient all-reduce has a partner; the skip decisions are taken from the all-reduced gradients
+and the all-reduced approximate KL, hence identical on every rank.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -11,9 +23,10 @@ from torch import nn
 from .buffer import RolloutBuffer
 from .env import QuerySet
 from .errors import AdaptiveIRError
+from .hostsync import allowed_sync
 from .policy import Agent
 
-NAN_ADVICE = ("the loss was not finite in {n} minibatches in a row: try --no-amp and a lower "
+NAN_ADVICE = ("the loss or its gradients were not finite in {n} minibatches in a row: try --no-amp and a lower "
               "training.learning_rate (e.g. 1e-4)")
 
 
@@ -31,15 +44,21 @@ class PPOSettings:
     """Consecutive non-finite minibatches before training stops with NAN_ADVICE."""
 
 
+def native_bf16(device: torch.device) -> bool:
+    """bf16 with hardware support: CUDA compute capability ≥ 8.0 (Ampere on). ``torch.cuda.is_bf16_supported()``
+    is also True on older GPUs (a T4) through slow emulation, so it cannot decide alone."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 class AmpContext:
-    """autocast + GradScaler for a device: fp16 with loss scaling on CUDA (bf16 where supported),
-    bf16 on the CPU only when asked (``dtype='bfloat16'``); a no-op when disabled."""
+    """autocast + GradScaler for a device: on CUDA, ``auto`` is bf16 where it is native and fp16 with loss
+    scaling elsewhere; bf16 on the CPU only when asked (``dtype='bfloat16'``); a no-op when disabled."""
 
     def __init__(self, device: torch.device, enabled: bool, dtype: str = "auto"):
         self.device_type = device.type
         if dtype == "auto":
             if device.type == "cuda":
-                dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+                dtype = "bfloat16" if native_bf16(device) else "float16"
             else:
                 enabled = False  # CPU autocast is slower than fp32 on most CPUs: opt in with amp_dtype
                 dtype = "bfloat16"
@@ -53,75 +72,140 @@ class AmpContext:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
 
+class Autocast(nn.Module):
+    """Runs ``module`` under the AmpContext's autocast. DataParallel's worker threads re-enter autocast with the
+    default dtype (fp16 on CUDA), so the configured dtype has to be set inside each replica."""
+
+    def __init__(self, module: nn.Module, amp: AmpContext):
+        super().__init__()
+        self.module, self.amp = module, amp
+
+    def forward(self, *inputs):
+        with self.amp.autocast():
+            return self.module(*inputs)
+
+
+def make_optimizer(params, lr: float) -> torch.optim.Adam:
+    """The update's optimizer: Adam with the fused kernel, which takes the skip flag (``found_inf``) on the
+    device, so skipping a step needs no host read."""
+    return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
+
+
+def _world() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class _Samples(NamedTuple):
+    """The update's transitions, one row each."""
+
+    qidx: torch.Tensor
+    chosen: torch.Tensor
+    step: torch.Tensor
+    actions: torch.Tensor
+    old_logp: torch.Tensor
+    old_values: torch.Tensor
+    adv: torch.Tensor
+    ret: torch.Tensor
+
+
+def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.Tensor, w: torch.Tensor,
+            s: PPOSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Minibatch ``mb`` (sample indices; weight ``w`` 0 for padding): the loss, and (policy loss, value loss,
+    entropy, approximate KL, clip fraction) as masked means over its real samples."""
+    ep = agent.episode_inputs(qs, d.qidx[mb])
+    with amp.autocast():
+        logits, values = agent(ep, d.chosen[mb], d.step[mb], parallel=True)
+    logp_all = torch.log_softmax(logits.float(), dim=1)
+    logp = logp_all.gather(1, d.actions[mb, None]).squeeze(1)
+    values, old_values, adv, ret = values.float(), d.old_values[mb], d.adv[mb], d.ret[mb]
+    log_ratio = logp - d.old_logp[mb]
+    ratio = log_ratio.exp()
+    count = w.sum().clamp(min=1)
+    mean = lambda x: (w * x).sum() / count  # noqa: E731
+    pg = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - s.clip_epsilon, 1 + s.clip_epsilon)))
+    if s.clip_value:
+        v_clip = old_values + (values - old_values).clamp(-s.clip_epsilon, s.clip_epsilon)
+        v_loss = 0.5 * mean(torch.max((values - ret) ** 2, (v_clip - ret) ** 2))
+    else:
+        v_loss = 0.5 * mean((values - ret) ** 2)
+    entropy = mean(-(logp_all.exp() * logp_all).sum(1))
+    loss = pg + s.value_loss_coef * v_loss - s.entropy_coef * entropy
+    with torch.no_grad():
+        stats = torch.stack([pg, v_loss, entropy, mean((ratio - 1) - log_ratio),
+                             mean(((ratio - 1).abs() > s.clip_epsilon).float())])
+    return loss, stats
+
+
 def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, buf: RolloutBuffer,
                qs: QuerySet, advantages: torch.Tensor, returns: torch.Tensor, s: PPOSettings,
-               generator: torch.Generator, nonfinite_streak: int = 0) -> dict[str, float]:
-    """One PPO update over the buffer's valid transitions; returns logged statistics."""
-    idx = buf.flat_valid()
-    n = idx.numel()
-    steps, episodes = buf.qidx.shape
-    t_of = torch.div(idx, episodes, rounding_mode="floor")
-    qidx = buf.qidx.reshape(-1)[idx]
-    chosen = buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx]
-    actions, old_logp = buf.actions.reshape(-1)[idx], buf.logprobs.reshape(-1)[idx]
-    old_values = buf.values.reshape(-1)[idx]
-    adv, ret = advantages.reshape(-1)[idx], returns.reshape(-1)[idx]
-    adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8) if n > 1 else adv
+               generator: torch.Generator, samples: int, group_samples: int | None = None,
+               nonfinite_streak: int = 0) -> dict[str, float]:
+    """One PPO update over the buffer's ``samples`` valid transitions (= ``buf.alive.sum()``, known to the caller);
+    returns logged statistics. ``group_samples``: the largest ``samples`` over the DDP ranks (every rank runs the
+    minibatches that many samples need). ``optimizer`` must take ``found_inf`` (``make_optimizer``)."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        raise TypeError("ppo_update needs an optimizer that skips steps on the device (found_inf): "
+                        "use adaptive_ir.ppo.make_optimizer (fused Adam)")
+    if samples < 1:
+        raise ValueError("ppo_update needs at least one transition")
+    n, device = samples, buf.alive.device
+    size = max(1, min(s.minibatch_size, max(n, group_samples or n)))
+    batches = -(-max(n, group_samples or n) // size)
+    idx = buf.flat_valid(n)
+    adv = advantages.reshape(-1)[idx]
+    d = _Samples(buf.qidx.reshape(-1)[idx], buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx],
+                 torch.div(idx, buf.qidx.shape[1], rounding_mode="floor"), buf.actions.reshape(-1)[idx],
+                 buf.logprobs.reshape(-1)[idx], buf.values.reshape(-1)[idx],
+                 (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8) if n > 1 else adv, returns.reshape(-1)[idx])
+    # every minibatch has `size` slots; slots past this rank's samples point at sample 0 and weigh 0
+    weight = (torch.arange(batches * size, device=device) < n).float().view(batches, size)
+    pad = torch.zeros(batches * size - n, dtype=torch.long, device=device)
 
     params = [p for p in agent.parameters() if p.requires_grad]
-    stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
-    count = skipped = 0
-    stop_early = False
-    agent.train()
-    for _ in range(s.epochs):
-        perm = torch.randperm(n, generator=generator, device="cpu").to(idx.device)
-        for lo in range(0, n, s.minibatch_size):
-            mb = perm[lo:lo + s.minibatch_size]
-            with amp.autocast():
-                logits, values = agent(qs, qidx[mb], chosen[mb], t_of[mb])
-            dist = torch.distributions.Categorical(logits=logits.float())
-            logp = dist.log_prob(actions[mb])
-            log_ratio = logp - old_logp[mb]
-            ratio = log_ratio.exp()
-            pg = torch.max(-adv[mb] * ratio, -adv[mb] * ratio.clamp(1 - s.clip_epsilon, 1 + s.clip_epsilon)).mean()
-            if s.clip_value:
-                v_clip = old_values[mb] + (values - old_values[mb]).clamp(-s.clip_epsilon, s.clip_epsilon)
-                v_loss = 0.5 * torch.max((values - ret[mb]) ** 2, (v_clip - ret[mb]) ** 2).mean()
-            else:
-                v_loss = 0.5 * ((values - ret[mb]) ** 2).mean()
-            entropy = dist.entropy().mean()
-            loss = pg + s.value_loss_coef * v_loss - s.entropy_coef * entropy
-            if not torch.isfinite(loss):
-                skipped += 1
-                nonfinite_streak += 1
-                if nonfinite_streak >= s.max_nonfinite:
-                    raise AdaptiveIRError(NAN_ADVICE.format(n=nonfinite_streak))
-                continue
-            nonfinite_streak = 0
-            optimizer.zero_grad(set_to_none=True)
-            amp.scaler.scale(loss).backward()
-            amp.scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(params, s.max_grad_norm)
-            amp.scaler.step(optimizer)  # skips the step itself if the fp16 gradients overflowed
-            amp.scaler.update()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                stats["policy_loss"] += pg.item()
-                stats["value_loss"] += v_loss.item()
-                stats["entropy"] += entropy.item()
-                stats["approx_kl"] += approx_kl.item()
-                stats["clipfrac"] += ((ratio - 1).abs() > s.clip_epsilon).float().mean().item()
-            count += 1
-            if s.target_kl is not None and approx_kl.item() > s.target_kl:
-                stop_early = True
-                break
-        if stop_early:
-            break
-    out = {k: v / max(count, 1) for k, v in stats.items()}
-    var_y = ret.var(unbiased=False)
-    out["explained_variance"] = float("nan") if var_y == 0 else float(1 - (ret - old_values).var(unbiased=False) / var_y)
-    out["nonfinite_skipped"] = skipped
-    out["nonfinite_streak"] = nonfinite_streak
-    out["minibatches"] = count
-    out["samples"] = n
-    return out
+    world = _world()
+    sums = torch.zeros(5, device=device)  # policy_loss, value_loss, entropy, approx_kl, clipfrac
+    stepped, skipped = torch.zeros((), device=device), torch.zeros((), device=device)
+    streak = torch.full((), float(nonfinite_streak), device=device)
+    worst = streak.clone()
+    stopped = torch.zeros((), dtype=torch.bool, device=device)
+    agent.eval()  # the network the rollout sampled from: no train-only behaviour may change the ratio
+    try:
+        for _ in range(s.epochs):
+            order = torch.cat([torch.randperm(n, generator=generator, device=device), pad]).view(batches, size)
+            for mb, w in zip(order, weight):
+                loss, row = _losses(agent, amp, qs, d, mb, w, s)
+                optimizer.zero_grad(set_to_none=True)
+                amp.scaler.scale(loss).backward()
+                amp.scaler.unscale_(optimizer)
+                # after DDP's all-reduce the gradients, hence this norm and the skip, are the same on every rank
+                norm = nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
+                nonfinite = ~torch.isfinite(norm) & ~stopped
+                skip = nonfinite | stopped
+                optimizer.found_inf = skip.float()
+                optimizer.step()
+                amp.scaler.update()
+                if s.target_kl is not None and world > 1:  # the stop decision must be the same on every rank
+                    torch.distributed.all_reduce(row[3])
+                    row[3] /= world
+                sums += torch.where(skip, 0.0, row)
+                stepped += (~skip).float()
+                skipped += nonfinite.float()
+                streak = torch.where(nonfinite, streak + 1, torch.where(stopped, streak, 0.0))
+                worst = torch.maximum(worst, streak)
+                if s.target_kl is not None:
+                    stopped = stopped | (~skip & (row[3] > s.target_kl))
+    finally:  # the flag belongs to this update: no later step() may see it
+        optimizer.__dict__.pop("found_inf", None)
+    var_y = d.ret.var(unbiased=False)
+    var_res = (d.ret - d.old_values).var(unbiased=False)
+    with allowed_sync():  # the update's one read, for the log
+        read = torch.cat([sums / stepped.clamp(min=1), torch.stack([stepped, skipped, streak, worst, var_y,
+                                                                    var_res])]).tolist()
+    pg, v_loss, ent, kl, clipfrac, count, skipped, streak, worst, var_y, var_res = read
+    if worst >= s.max_nonfinite:
+        raise AdaptiveIRError(NAN_ADVICE.format(n=int(worst)))
+    return {"policy_loss": pg, "value_loss": v_loss, "entropy": ent, "approx_kl": kl, "clipfrac": clipfrac,
+            "explained_variance": float("nan") if var_y == 0 else 1 - var_res / var_y,
+            "nonfinite_skipped": int(skipped), "nonfinite_streak": int(streak), "minibatches": int(count),
+            "samples": n}

@@ -20,7 +20,7 @@ def make_env(cfg: Config, ws: Workspace, qs: QuerySet, scored: bool = True) -> R
     rc, tc = cfg.retrieval, cfg.training
     weights = tc.reward_weights or {rc.reward_metric: 1.0}
     return ReformulationEnv(qs, ws.retriever.index, cfg.rl_agent.max_steps_per_episode, rc.reward_k, weights,
-                            rc.expansion_weight, tc.search_cache_size, scored=scored)
+                            rc.expansion_weight, scored=scored)
 
 
 def rrf(runs: list[Run], k: int, depth: int) -> Run:
@@ -48,14 +48,14 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
     env = make_env(cfg, ws, qs, scored=False)  # the final rewrite is searched below; per-step rewards unused
     k = cfg.retrieval.top_k
     variants = cfg.rl_agent.num_query_variants
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(qs.terms.device).manual_seed(seed)
     runs, added = [], [[] for _ in range(len(qs))]
     l0 = qs.terms.shape[1]
     vocab = ws.retriever.vocab.terms
     for v in range(variants):
         scores, docs = [], []
         for lo in range(0, len(qs), batch_size):
-            qidx = torch.arange(lo, min(len(qs), lo + batch_size), device=qs.terms.device)
+            qidx = torch.arange(lo, min(len(qs), lo + batch_size))
             terms, weights = greedy_rewrite(agent, amp, env, qidx, None if v == 0 else gen)
             s, d = ws.retriever.index.search(terms, weights, k=k)
             scores.append(s.cpu())

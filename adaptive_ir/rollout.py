@@ -1,4 +1,9 @@
-"""Rollouts: sampled episodes into the buffer (training) and greedy rewrites (evaluation, inference)."""
+"""Rollouts: sampled episodes into the buffer (training) and greedy rewrites (evaluation, inference).
+
+A collect round runs exactly ``max_steps`` lockstep steps whatever the episodes do (ended ones are masked), and
+samples on the device (Gumbel-max with a generator living there), so a round needs no value on the host: on a
+GPU the Python loop only queues kernels. The same seed gives the same actions on the same kind of device.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import torch
 
 from .buffer import RolloutBuffer
 from .env import QuerySet, ReformulationEnv
-from .policy import Agent
+from .policy import Agent, EpisodeInputs
 from .ppo import AmpContext
 
 
@@ -20,58 +25,77 @@ def greedy_actions(logp: torch.Tensor) -> torch.Tensor:
     return torch.where(stop, logp.shape[1] - 1, logp[:, :-1].argmax(1))
 
 
+def sample_actions(logp: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One action per row of (B, A) log-probs, drawn on their device: argmax(logp + Gumbel noise) is a sample
+    of the categorical distribution (Gumbel-max). A noise of −inf (from u = 0) only ever loses."""
+    u = torch.rand(logp.shape, generator=generator, device=logp.device)
+    return (logp - u.log_().neg_().log_()).argmax(1)
+
+
 @torch.no_grad()
-def policy_step(agent: Agent, amp: AmpContext, qs: QuerySet, env: ReformulationEnv,
+def policy_step(agent: Agent, amp: AmpContext, ep: EpisodeInputs, env: ReformulationEnv, step: torch.Tensor,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batched forward for every episode: (actions, log-probs, values). Greedy when generator is None."""
-    step = torch.full_like(env.qidx, env.t)
+    """One batched forward for every episode: (actions, log-probs, values). Greedy when generator is None.
+
+    In the env's compact (CPU) mode the forward skips the episodes that ended (their action is STOP, their
+    log-prob and value 0: the env ignores them and the buffer masks them)."""
+    rows = env.alive.nonzero().squeeze(1) if env.compact else None
+    chosen = env.chosen
+    if rows is not None:
+        ep, chosen, step = EpisodeInputs(*(x[rows] for x in ep)), chosen[rows], step[rows]
     with amp.autocast():
-        logits, values = agent(qs, env.qidx, env.chosen, step)
+        logits, values = agent(ep, chosen, step)
     logp_all = torch.log_softmax(logits.float(), dim=1)
-    if generator is None:
-        actions = greedy_actions(logp_all)
-    else:
-        # sampled on the CPU generator so a seed gives the same actions on every device
-        actions = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).squeeze(1).to(logits.device)
-    return actions, logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
+    actions = greedy_actions(logp_all) if generator is None else sample_actions(logp_all, generator)
+    logp, values = logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
+    if rows is not None:
+        b = env.alive.shape[0]
+        actions = torch.full((b,), env.M, device=rows.device).index_copy_(0, rows, actions)
+        logp, values = (torch.zeros(b, device=rows.device).index_copy_(0, rows, x) for x in (logp, values))
+    return actions, logp, values
+
+
+def step_counters(env: ReformulationEnv, batch: int) -> list[torch.Tensor]:
+    """The step index as a (B,) tensor for each step of a round, made once per round."""
+    steps = torch.arange(env.max_steps, device=env.device)
+    return [steps[t].expand(batch) for t in range(env.max_steps)]
 
 
 @torch.no_grad()
 def collect(agent: Agent, amp: AmpContext, qs: QuerySet, env: ReformulationEnv, buf: RolloutBuffer,
             qidx: torch.Tensor, column: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Roll out episodes for ``qidx`` (B,) into buffer columns ``column:column+B``; returns per-episode stats."""
-    agent.eval()  # dropout off: rollout log-probs must be those the update recomputes
+    """Roll out episodes for ``qidx`` (B,) (a CPU tensor) into buffer columns ``column:column+B``; returns
+    per-episode stats as device tensors (read by the caller once per round or less)."""
+    agent.eval()
     env.reset(qidx)
-    cols = slice(column, column + qidx.shape[0])
+    b = qidx.shape[0]
+    cols = slice(column, column + b)
+    ep = agent.episode_inputs(qs, env.qidx)
     start = env.metric.clone()
-    length = torch.zeros_like(qidx)
-    for t in range(env.max_steps):
-        if not env.alive.any():
-            break
-        buf.qidx[t, cols] = qidx
+    buf.qidx[:, cols] = env.qidx
+    for t, step in enumerate(step_counters(env, b)):
+        if env.compact and not env.alive.any():
+            break  # compact (CPU) mode reads values anyway, and the remaining steps would all be masked
         buf.chosen[t, cols] = env.chosen
         buf.alive[t, cols] = env.alive
-        actions, logp, values = policy_step(agent, amp, qs, env, generator)
+        actions, logp, values = policy_step(agent, amp, ep, env, step, generator)
         buf.actions[t, cols], buf.logprobs[t, cols], buf.values[t, cols] = actions, logp, values
-        length += env.alive.long()
-        reward, terminated, truncated = env.step(actions)
+        reward, terminated = env.step(actions)
         buf.rewards[t, cols], buf.terminated[t, cols] = reward, terminated
-        if truncated.any():
-            # cut by the step limit, not ended: GAE bootstraps from V(s_T)
-            rows = truncated.nonzero().squeeze(1)
-            with amp.autocast():
-                _, v = agent(qs, qidx[rows], env.chosen[rows], torch.full_like(rows, env.t))
-            buf.bootstrap[column + rows] = v.float()
+    length = buf.alive[:, cols].sum(0)
     return {"return": env.metric - start, "final_metric": env.metric, "length": length.float()}
 
 
 @torch.no_grad()
 def greedy_rewrite(agent: Agent, amp: AmpContext, env: ReformulationEnv, qidx: torch.Tensor,
                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rewrite queries ``qidx`` greedily (or sampled, for query variants): final (terms, weights) tensors."""
+    """Rewrite queries ``qidx`` (a CPU tensor) greedily (or sampled, for query variants): final (terms, weights)."""
     agent.eval()
     env.reset(qidx)
-    while env.alive.any():
-        actions, _, _ = policy_step(agent, amp, env.qs, env, generator)
+    ep = agent.episode_inputs(env.qs, env.qidx)
+    for step in step_counters(env, qidx.shape[0]):
+        if env.compact and not env.alive.any():
+            break
+        actions, _, _ = policy_step(agent, amp, ep, env, step, generator)
         env.step(actions)
     return env.terms, env.weights

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import signal
@@ -20,11 +19,12 @@ from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
 from .evaluate import (MEASURES, METRIC_NAMES, bm25_run, drop_excluded, evaluate_run, format_table, rm3_run,
                        write_trec_run)
+from .hostsync import allowed_sync
 from .io import atomic_write_bytes, atomic_write_json
 from .monitor import Monitor
 from .oracle import oracle_run
 from .policy import Agent
-from .ppo import AmpContext, PPOSettings, ppo_update
+from .ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
 from .reformulate import agent_run, make_env
 from .rollout import collect
 from .telemetry import GPUTelemetry
@@ -35,6 +35,12 @@ GPU_SAMPLE_INTERVAL_S = 5.0
 """Seconds between GPU telemetry samples (utilisation, memory, temperature) logged with each row."""
 RANK_SEED_STRIDE = 100_003
 """Rank r of a DDP run seeds its action and minibatch generators with seed + r × this (rank 0 = single-process)."""
+DATA_PARALLEL_MIN_BATCH = 4096
+"""Smallest PPO minibatch (training.batch_size) that DataParallel splits over the GPUs of one process. Each
+forward through it replicates the policy, scatters the inputs and starts a thread per GPU, which costs more than
+a whole forward of the shipped policies at the usual minibatch sizes; below this size the update runs on one
+GPU (``benchmarks/ppo_update.py --device cuda`` measures the wrapper's overhead on the machine at hand; DDP is
+the multi-GPU path that pays, see docs/multi_gpu.md)."""
 
 
 def dist_info() -> tuple[int, int]:
@@ -44,16 +50,19 @@ def dist_info() -> tuple[int, int]:
     return 0, 1
 
 
-def parallel_wrapper(core: nn.Module, device: torch.device) -> nn.Module | None:
-    """The wrapper the core's forwards run through: DDP inside a process group (torchrun), DataParallel over
-    every visible GPU when the run is on cuda / cuda:0 and there are several, else None."""
+def parallel_wrapper(core: nn.Module, device: torch.device, amp: AmpContext, minibatch_size: int
+                     ) -> nn.Module | None:
+    """The wrapper the PPO update's forwards run through (rollouts and evaluation always use the bare core on
+    one device): DDP inside a process group (torchrun); DataParallel over every visible GPU when the run is on
+    cuda / cuda:0, there are several, and minibatches are large enough to pay for it; else None."""
     if dist_info()[1] > 1:
         ids = [device.index] if device.type == "cuda" else None
-        # the core has no buffers (no batch norm), so outside a Join a no-grad forward runs no collective and
-        # rank 0 can evaluate dev alone
+        # the core has no buffers (no batch norm), so a no-grad forward (rollout, rank 0's dev evaluation, both
+        # on the bare core anyway) runs no collective
         return nn.parallel.DistributedDataParallel(core, device_ids=ids)
-    if device.type == "cuda" and device.index in (None, 0) and torch.cuda.device_count() > 1:
-        return nn.DataParallel(core)
+    if (device.type == "cuda" and device.index in (None, 0) and torch.cuda.device_count() > 1
+            and minibatch_size >= DATA_PARALLEL_MIN_BATCH):
+        return nn.DataParallel(Autocast(core, amp))
     return None
 
 
@@ -119,8 +128,9 @@ class Trainer:
         if self.is_main and self.world > 1:
             torch.distributed.barrier()
         self.agent = build_agent(cfg, self.ws, self.device)
+        self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
         self._parallelize()
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=tc.learning_rate, eps=1e-5)
+        self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
         self.episodes_per_round = tc.collect_batch_size
         self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
         n_train = len(self.train_qs)
@@ -133,13 +143,15 @@ class Trainer:
                                               / (self.world * self.rounds * self.episodes_per_round)))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, (lambda u: max(0.0, 1.0 - u / self.total_updates)) if tc.anneal_lr else (lambda u: 1.0))
-        self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
         self.env = make_env(cfg, self.ws, self.train_qs)
+        if tc.compile:
+            self._compile()
         self.buf = RolloutBuffer(ac.max_steps_per_episode, self.rounds * self.episodes_per_round,
                                  self.train_qs.max_candidates, self.device)
         seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
-        self.action_gen = torch.Generator().manual_seed(seed)
-        self.minibatch_gen = torch.Generator().manual_seed(seed + 1)
+        # actions and minibatch orders are drawn where they are used; the host only picks the episodes
+        self.action_gen = torch.Generator(self.device).manual_seed(seed)
+        self.minibatch_gen = torch.Generator(self.device).manual_seed(seed + 1)
         self.sampler = EpochSampler(len(self.shard), torch.Generator().manual_seed(seed + 2))
         self.update = self.episodes = self.steps = 0
         self.best, self.best_update, self.bad_evals, self.nonfinite_streak, self.nonfinite_total = -1.0, -1, 0, 0, 0
@@ -149,13 +161,21 @@ class Trainer:
             self.load(resume)
 
     def _parallelize(self) -> None:
-        """DataParallel over all visible GPUs, or DDP under torchrun: the core runs through the wrapper in
-        rollout, update and evaluation forwards (Agent.forward calls it); state_dict keys do not change."""
-        wrapper = parallel_wrapper(self.agent.core, self.device)
+        """DDP under torchrun, or DataParallel over all visible GPUs for large minibatches: the PPO update's
+        forwards run through the wrapper; state_dict keys do not change."""
+        wrapper = parallel_wrapper(self.agent.core, self.device, self.amp, self.cfg.training.batch_size)
         if wrapper is not None:
             self.agent.parallelize(wrapper)
             log.info("%s: %s", type(wrapper).__name__, f"{self.world} processes" if self.world > 1
-                     else f"{torch.cuda.device_count()} GPUs")
+                     else f"{torch.cuda.device_count()} GPUs for the PPO update")
+
+    def _compile(self) -> None:
+        """torch.compile the rollout's policy forward and env step as whole graphs (CUDA graphs on CUDA). The env
+        then runs its fixed-shape mode on every device: the CPU's compact mode reads counts, a graph break."""
+        mode = "reduce-overhead" if self.device.type == "cuda" else None
+        self.agent.compile_local(mode)
+        self.env.compact = False
+        self.env.step = torch.compile(self.env.step, fullgraph=True, mode=mode)
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict:
@@ -172,14 +192,14 @@ class Trainer:
                 stats = self._collect()
                 t_collect = time.perf_counter() - t0
                 adv, ret = compute_gae(self.buf.rewards, self.buf.values, self.buf.terminated, self.buf.alive,
-                                       self.buf.bootstrap, tc.gamma, tc.gae_lambda)
+                                       tc.gamma, tc.gae_lambda)
                 if tc.entropy_coef_final is not None:
                     frac = self.update / max(1, self.total_updates - 1)
                     ppo.entropy_coef = tc.entropy_coef + frac * (tc.entropy_coef_final - tc.entropy_coef)
                 self.agent.use_tables(self.train_tables)
-                with self._join():
-                    losses = ppo_update(self.agent, self.optimizer, self.amp, self.buf, self.train_qs, adv, ret,
-                                        ppo, self.minibatch_gen, self.nonfinite_streak)
+                losses = ppo_update(self.agent, self.optimizer, self.amp, self.buf, self.train_qs, adv, ret, ppo,
+                                    self.minibatch_gen, stats["local_steps"], stats["max_local_steps"],
+                                    self.nonfinite_streak)
                 self.nonfinite_streak = losses.pop("nonfinite_streak")
                 self.nonfinite_total += losses["nonfinite_skipped"]
                 self.scheduler.step()
@@ -188,7 +208,6 @@ class Trainer:
                 row = {"charts/episodic_return": stats["return"], "charts/final_metric": stats["final_metric"],
                        "charts/episode_length": stats["length"], "charts/learning_rate": self.scheduler.get_last_lr()[0],
                        "charts/SPS": stats["steps"] / elapsed, "charts/episodes_per_s": stats["episodes"] / t_collect,
-                       "charts/reward_cache_hit_rate": self.env.cache_hits / max(1, self.env.cache_hits + self.env.cache_misses),
                        **{f"losses/{k}": v for k, v in losses.items() if k not in ("minibatches", "samples")},
                        "losses/nonfinite_total": self.nonfinite_total}
                 if self.is_main and (self.update % tc.log_freq == 0 or self.update == self.total_updates):
@@ -223,24 +242,6 @@ class Trainer:
         log.warning("signal %d: checkpointing and stopping after this update", signum)
         self.stop_signal = signum
 
-    @contextlib.contextmanager
-    def _join(self):
-        """DDP: ranks hold different numbers of valid transitions, hence of minibatches (and target_kl may stop
-        one early); Join lets the ranks that finish first shadow the others' gradient all-reduces."""
-        if self.world == 1:
-            yield
-            return
-        from torch.distributed.algorithms.join import Join
-
-        ddp = self.agent._runner
-        try:
-            with Join([ddp]):
-                yield
-        finally:
-            # a Join leaves DDP announcing every later forward to it (an all-reduce each): rollouts, whose
-            # forward counts differ per rank, and rank 0's dev evaluation must stay collective-free
-            Join([ddp], enable=False)
-
     def _agree_to_stop(self, early_stop: bool) -> bool:
         """DDP: rank 0's early-stopping decision and any rank's SIGINT/SIGTERM, shared so all ranks leave the
         loop after the same update (a rank that left alone would hang the others' all-reduces)."""
@@ -254,23 +255,26 @@ class Trainer:
         self.agent.use_tables(self.train_tables)
         rets, finals, lens = [], [], []
         for r in range(self.rounds):
-            qidx = self.shard[self.sampler.next(self.episodes_per_round)].to(self.device)
+            qidx = self.shard[self.sampler.next(self.episodes_per_round)]
             s = collect(self.agent, self.amp, self.train_qs, self.env, self.buf, qidx, r * self.episodes_per_round,
                         self.action_gen)
             rets.append(s["return"])
             finals.append(s["final_metric"])
             lens.append(s["length"])
-        means = torch.stack([torch.cat(rets).mean(), torch.cat(finals).mean(), torch.cat(lens).mean()]).float()
-        steps = torch.cat(lens).sum().reshape(1).float()
+        local = torch.cat(lens).sum()  # this rank's transitions: the update's sample count
+        means = torch.stack([torch.cat(rets).mean(), torch.cat(finals).mean(), torch.cat(lens).mean(), local])
+        peak = local.clone()
         if self.world > 1:  # every rank rolls out the same number of episodes: the mean of means is the mean
             torch.distributed.all_reduce(means)
-            torch.distributed.all_reduce(steps)
-            means /= self.world
+            torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
+            means[:3] /= self.world
+        with allowed_sync():  # the collect phase's one read
+            ret, final, length, steps, local, peak = torch.cat([means, local[None], peak[None]]).tolist()
         n_eps = self.world * self.rounds * self.episodes_per_round
         self.episodes += n_eps
         self.steps += int(steps)
-        ret, final, length = means.tolist()
-        return {"return": ret, "final_metric": final, "length": length, "episodes": n_eps, "steps": int(steps)}
+        return {"return": ret, "final_metric": final, "length": length, "episodes": n_eps, "steps": int(steps),
+                "local_steps": int(local), "max_local_steps": int(peak)}
 
     def _evaluate_dev(self, monitor: Monitor) -> bool:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
@@ -324,8 +328,9 @@ class Trainer:
             torch.cuda.set_rng_state_all(s["rng"]["cuda"])
         c = s["counters"]
         if self.is_main:  # the checkpoint holds rank 0's streams and shard order
-            self.action_gen.set_state(s["rng"]["action"])
-            self.minibatch_gen.set_state(s["rng"]["minibatch"])
+            seed = self.cfg.system.seed + 3 * c["update"]
+            self._restore_generator(self.action_gen, s["rng"]["action"], seed)
+            self._restore_generator(self.minibatch_gen, s["rng"]["minibatch"], seed + 1)
             self.sampler.load_state_dict(s["sampler"])
         else:  # other DDP ranks start fresh streams, offset by the update so they do not replay the first ones
             seed = self.cfg.system.seed + RANK_SEED_STRIDE * self.rank + 3 * c["update"]
@@ -336,6 +341,16 @@ class Trainer:
         self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
         self.nonfinite_streak, self.nonfinite_total = c["nonfinite_streak"], c["nonfinite_total"]
         log.info("resumed from %s at update %d", path, self.update)
+
+    @staticmethod
+    def _restore_generator(gen: torch.Generator, state: torch.Tensor, seed: int) -> None:
+        """A device generator's saved state; one saved on another kind of device does not fit (CPU and CUDA
+        generators differ), and the stream restarts from ``seed`` instead: the run goes on, not bit-exactly."""
+        try:
+            gen.set_state(state)
+        except RuntimeError:
+            log.warning("checkpoint random streams come from another kind of device; reseeding them")
+            gen.manual_seed(seed)
 
     # ------------------------------------------------------------------ test
     def test(self, checkpoint: str | Path | None = None, oracle: bool = True) -> dict[str, dict[str, float]]:

@@ -125,8 +125,11 @@ class Workspace:
         weight = None
         if self.cfg.retrieval.expansion_weighting == "score":
             weight = cands.features[:, :, cands.feature_names.index("mean_score")]
+        # Nogueira & Cho's rule (data.exclude_query_title): the document whose title is the query never counts
+        excluded = self.collection.excluded_docs(name)
+        exclude = self.collection.doc_positions([excluded.get(q, "") for q in qids]) if excluded else None
         qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
-                            self.retriever.index.pad_id, self.device, cand_weight=weight)
+                            self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
         return qs, tables

@@ -105,6 +105,75 @@ class _Phase:
         return False
 
 
+NO_KERNEL_OPS = {
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::_unsafe_view", "aten::as_strided",
+    "aten::reshape", "aten::_reshape_alias", "aten::expand", "aten::expand_as", "aten::unsqueeze", "aten::squeeze",
+    "aten::select", "aten::slice", "aten::t", "aten::transpose", "aten::permute", "aten::detach", "aten::alias",
+    "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::narrow", "aten::split", "aten::unbind",
+    "aten::chunk", "aten::result_type", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::type_as",
+    "aten::contiguous", "aten::numpy_T", "aten::split_with_sizes", "aten::view_as", "aten::flatten",
+}
+"""Operators that only make metadata (views, shapes) or allocate: no kernel runs for them."""
+
+
+def count_ops(fn, device: torch.device) -> dict[str, int]:
+    """Run ``fn`` under torch.profiler and count what launches kernels: the aten operators called from Python
+    (outermost aten events) that do some work, i.e. that are not, and do not only call, views or allocations
+    (``NO_KERNEL_OPS``; a ``.to()`` that copies counts, one that does not is skipped); on CUDA also the kernel
+    launches themselves."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn()
+        sync(device)
+    events = prof.events()
+
+    def works(e) -> bool:
+        return e.name not in NO_KERNEL_OPS or any(works(c) for c in e.cpu_children if c.name.startswith("aten::"))
+
+    def outermost(e) -> bool:
+        p = e.cpu_parent
+        while p is not None:
+            if p.name.startswith("aten::"):
+                return False
+            p = p.cpu_parent
+        return True
+
+    out = {"aten_ops": sum(1 for e in events if e.name.startswith("aten::") and outermost(e) and works(e))}
+    if device.type == "cuda":
+        out["cuda_kernel_launches"] = sum(1 for e in events if e.name in ("cudaLaunchKernel", "cuLaunchKernel",
+                                                                          "cudaLaunchKernelExC"))
+    return out
+
+
+def count_syncs(fn) -> list[str]:
+    """The host-device synchronisations ``fn`` makes (``adaptive_ir.hostsync``; sees them on any device)."""
+    from adaptive_ir.hostsync import SyncDetector
+
+    with SyncDetector(raise_on_sync=False) as detector:
+        fn()
+    return detector.events
+
+
+def count_cuda_syncs(fn, device: torch.device) -> int | None:
+    """On CUDA, the synchronising calls CUDA itself reports for ``fn`` (``torch.cuda.set_sync_debug_mode``, one
+    warning each): a second opinion beside ``count_syncs``. None on other devices."""
+    import warnings
+
+    if device.type != "cuda":
+        return None
+    sync(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum(1 for w in caught if "synchroniz" in str(w.message))
+
+
 def write_json(path: str | None, payload: dict) -> None:
     text = json.dumps(payload, indent=2, default=float)
     if path:

@@ -37,7 +37,13 @@ def test_rollout(tmp_path):
         assert r["steps_per_s"] == pytest.approx(r["steps"] / r["seconds"])
         assert r["speedup"] == pytest.approx(r["episodes_per_s"] / d["sequential_episodes_per_s"])
         assert sum(r["breakdown"].values()) == pytest.approx(1.0)
-    assert "policy_forward" in d["breakdown"]["sequential"] and "search" in d["breakdown"]["sequential"]
+    assert "policy_forward" in d["breakdown"]["sequential"] and "reward_metric" in d["breakdown"]["sequential"]
+    # the fixed-shape engine (what an accelerator runs) makes no host sync; the counts are per lockstep step
+    assert d["syncs_per_step"] == 0 and d["ops_per_step"] > 0
+    assert d["per_step_counts"]["fixed_shape"]["sync_kinds"] == []
+    if "compact" in d["per_step_counts"]:  # the CPU's own mode reads counts on purpose
+        assert d["per_step_counts"]["compact"]["syncs_per_step"] > 0
+        assert all(r["fixed_shape"]["episodes_per_s"] > 0 for r in d["batched"])
 
 
 def test_search(tmp_path):
@@ -53,6 +59,9 @@ def test_ppo_update(tmp_path):
     d = run("ppo_update", tmp_path)
     assert d["samples_per_s"]["fp32"] > 0 and d["samples_per_s"]["amp"] > 0
     assert d["settings"]["transitions"] > 0
+    assert d["per_minibatch_counts"]["syncs_per_minibatch"] == 0 and d["per_minibatch_counts"]["ops_per_minibatch"] > 0
+    # DataParallel's overhead needs two GPUs: no figure is made up without them
+    assert d["data_parallel"] == {"ms_per_forward": None, "reason": "needs >= 2 CUDA devices"}
 
 
 def test_memory(tmp_path):

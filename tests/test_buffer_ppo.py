@@ -1,5 +1,6 @@
-"""GAE against hand-computed advantages, the id-only rollout buffer, and the PPO update (ratio 1 on fresh data,
-bf16 autocast on the CPU, non-finite losses skipped then reported)."""
+"""GAE against hand-computed advantages (the step limit is terminal), the id-only rollout buffer, and the PPO
+update (ratio 1 on fresh data, with dropout configured too; bf16 autocast on the CPU; non-finite minibatches
+skipped on the device, optimizer state untouched, then reported)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,28 @@ from adaptive_ir.buffer import RolloutBuffer, compute_gae
 from adaptive_ir.env import ReformulationEnv
 from adaptive_ir.errors import AdaptiveIRError
 from adaptive_ir.policy import Agent
-from adaptive_ir.ppo import AmpContext, PPOSettings, ppo_update
+from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, native_bf16, ppo_update
 from adaptive_ir.rollout import collect
+from adaptive_ir.trainer import Trainer
 
-from helpers import query_world
+from helpers import default_collection, query_world, tiny_config
+
+CPU_FP32 = AmpContext(torch.device("cpu"), False)
 
 G, L = 0.9, 0.8
 
 
 def test_gae_matches_hand_computed():
-    # columns: A stops at t=1 of T=3; B is cut at T=3 (bootstrapped); C stops at t=0
+    # columns: A stops at t=1 of T=3; B reaches the limit T=3 (terminal: V(s_T) = 0); C stops at t=0
     r = torch.tensor([[0.5, 0.1, 0.2], [0.0, 0.3, 99.0], [99.0, -0.2, 99.0]])  # 99: never happened
     v = torch.tensor([[0.4, 0.2, 0.6], [0.3, 0.1, 99.0], [99.0, 0.5, 99.0]])
     alive = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 1, 0]], dtype=torch.bool)
-    term = torch.tensor([[0, 0, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
-    boot = torch.tensor([0.0, 0.7, 0.0])
-    adv, ret = compute_gae(r, v, term, alive, boot, G, L)
+    term = torch.tensor([[0, 0, 1], [1, 0, 0], [0, 1, 0]], dtype=torch.bool)
+    adv, ret = compute_gae(r, v, term, alive, G, L)
 
     a1 = 0.0 - 0.3  # STOP: no future
     a0 = (0.5 + G * 0.3 - 0.4) + G * L * a1
-    b2 = -0.2 + G * 0.7 - 0.5  # truncated: bootstrap V(s_T)
+    b2 = -0.2 - 0.5  # the last possible step: no future either
     b1 = 0.3 + G * 0.5 - 0.1 + G * L * b2
     b0 = 0.1 + G * 0.1 - 0.2 + G * L * b1
     c0 = 0.2 - 0.6
@@ -43,8 +46,9 @@ def test_gae_with_gamma_lambda_one_is_return_minus_value():
     r = torch.tensor([[1.0], [2.0], [3.0]])
     v = torch.tensor([[0.5], [0.25], [0.125]])
     alive = torch.ones(3, 1, dtype=torch.bool)
-    adv, ret = compute_gae(r, v, torch.zeros(3, 1, dtype=torch.bool), alive, torch.tensor([4.0]), 1.0, 1.0)
-    torch.testing.assert_close(ret[:, 0], torch.tensor([10.0, 9.0, 7.0]))
+    term = torch.tensor([[False], [False], [True]])
+    adv, ret = compute_gae(r, v, term, alive, 1.0, 1.0)
+    torch.testing.assert_close(ret[:, 0], torch.tensor([6.0, 5.0, 3.0]))
     torch.testing.assert_close(adv, ret - v)
 
 
@@ -54,7 +58,7 @@ def test_buffer_layout_nbytes_and_clear():
     assert buf.chosen.shape == (steps, eps, m) and buf.chosen.dtype == torch.bool
     assert buf.qidx.dtype == buf.actions.dtype == torch.long
     assert buf.logprobs.dtype == buf.values.dtype == buf.rewards.dtype == torch.float32
-    assert buf.alive.dtype == buf.terminated.dtype == torch.bool and buf.bootstrap.shape == (eps,)
+    assert buf.alive.dtype == buf.terminated.dtype == torch.bool
     tensors = [v for v in vars(buf).values() if isinstance(v, torch.Tensor)]
     assert buf.nbytes == sum(t.numel() * t.element_size() for t in tensors)
     # a buffer copying each candidate's 384-d float32 embedding per transition would be ~this big
@@ -62,9 +66,11 @@ def test_buffer_layout_nbytes_and_clear():
     for t in tensors:
         t.fill_(1)
     buf.alive[2, 3] = False
-    assert buf.flat_valid().numel() == steps * eps - 1 and (2 * eps + 3) not in buf.flat_valid().tolist()
+    valid = buf.flat_valid(steps * eps - 1)
+    assert valid.numel() == steps * eps - 1 and (2 * eps + 3) not in valid.tolist()
+    assert torch.equal(valid, buf.alive.reshape(-1).nonzero().squeeze(1))
     buf.clear()
-    assert all(not t.any() for t in tensors) and buf.flat_valid().numel() == 0
+    assert all(not t.any() for t in tensors) and buf.flat_valid(0).numel() == 0
 
 
 @pytest.fixture(scope="module")
@@ -72,62 +78,96 @@ def world():
     return query_world(24)
 
 
-def rollout(world, dropout: float = 0.0, seed: int = 0):
-    """A fresh agent and one collected batch of episodes, with GAE."""
+def rollout(world, seed: int = 0, stop_bias: float | None = None, num_layers: int = 1):
+    """A fresh agent and one collected batch of episodes (two rounds), with GAE."""
     torch.manual_seed(seed)
     qs = world.qs
     agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2,
-                  dropout=dropout)
+                  num_layers=num_layers)
+    if stop_bias is not None:
+        agent.core.stop_bias.data.fill_(stop_bias)
     agent.use_tables(world.tables)
-    amp = AmpContext(torch.device("cpu"), enabled=False)
     env = ReformulationEnv(qs, world.retriever.index, max_steps=4, reward_k=40)
     buf = RolloutBuffer(4, 2 * len(qs), qs.max_candidates, "cpu")
     qidx = torch.arange(len(qs))
     gen = torch.Generator().manual_seed(seed)
-    collect(agent, amp, qs, env, buf, qidx, 0, gen)
-    collect(agent, amp, qs, env, buf, qidx, len(qs), gen)
-    adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, buf.bootstrap, 0.99, 0.95)
+    collect(agent, CPU_FP32, qs, env, buf, qidx, 0, gen)
+    collect(agent, CPU_FP32, qs, env, buf, qidx, len(qs), gen)
+    adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, 0.99, 0.95)
     return agent, buf, adv, ret
+
+
+def update(agent, buf, world, adv, ret, settings, lr=1e-3, amp=CPU_FP32, streak=0, optimizer=None):
+    optimizer = optimizer or make_optimizer(agent.parameters(), lr)
+    return ppo_update(agent, optimizer, amp, buf, world.qs, adv, ret, settings, torch.Generator().manual_seed(0),
+                      int(buf.alive.sum()), nonfinite_streak=streak)
 
 
 def test_collect_fills_buffer_consistently(world):
     agent, buf, _, _ = rollout(world)
     # an episode acts at t only if it acted at t-1 without ending
-    ended = buf.terminated | ~buf.alive
-    assert not (buf.alive[1:] & ended[:-1]).any()
-    # STOP is terminated, and never gets a reward; a bootstrap value only where the episode ran to the limit
+    assert not (buf.alive[1:] & (buf.terminated | ~buf.alive)[:-1]).any()
+    # the last step of every episode is terminal: a STOP, or the step that reached the limit; STOP earns nothing
     stop = buf.alive & (buf.actions == world.qs.max_candidates)
-    assert torch.equal(stop, buf.terminated) and (buf.rewards[stop] == 0).all()
-    assert torch.equal(buf.bootstrap != 0, buf.alive[-1] & ~buf.terminated[-1])
+    limit = torch.zeros_like(stop)
+    limit[-1] = buf.alive[-1]
+    assert torch.equal(buf.terminated, stop | limit) and (buf.rewards[stop] == 0).all()
+    assert limit.any() and stop.any()
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_stored_logprobs_are_recomputed_exactly(world, dropout):
-    agent, buf, adv, ret = rollout(world, dropout=dropout)
-    idx = buf.flat_valid()
+def test_episodes_reaching_the_step_limit_are_terminal(world):
+    # a policy that never stops: every episode with candidates left runs into the limit
+    agent, buf, adv, ret = rollout(world, stop_bias=-1e4)
+    last = buf.alive[-1]
+    assert last.sum() > len(world.qs)
+    assert buf.terminated[-1][last].all()
+    # no bootstrap: the advantage of the last step is its reward minus its value, nothing after it
+    torch.testing.assert_close(adv[-1][last], (buf.rewards[-1] - buf.values[-1])[last])
+    torch.testing.assert_close(ret[-1][last], buf.rewards[-1][last])
+
+
+def test_stored_logprobs_are_recomputed_exactly(world):
+    agent, buf, adv, ret = rollout(world)
+    n = int(buf.alive.sum())
+    idx = buf.flat_valid(n)
     steps, eps = buf.qidx.shape
-    agent.eval()  # the update's forward must reproduce the rollout's; dropout is the only train/eval difference
     with torch.no_grad():
-        logits, values = agent(world.qs, buf.qidx.reshape(-1)[idx], buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx],
+        ep = agent.episode_inputs(world.qs, buf.qidx.reshape(-1)[idx])
+        logits, values = agent(ep, buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx],
                                torch.div(idx, eps, rounding_mode="floor"))
     logp = torch.log_softmax(logits, 1).gather(1, buf.actions.reshape(-1)[idx, None]).squeeze(1)
     torch.testing.assert_close(logp, buf.logprobs.reshape(-1)[idx], atol=1e-5, rtol=0)
     torch.testing.assert_close(values, buf.values.reshape(-1)[idx], atol=1e-5, rtol=0)
 
 
-def test_first_minibatch_ratio_is_one(world):
-    agent, buf, adv, ret = rollout(world)
-    opt = torch.optim.Adam(agent.parameters(), lr=1e-12)
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_first_minibatch_ratio_is_one_even_with_dropout_configured(tmp_path, dropout):
+    # the configured policy (a transformer layer, where dropout would act), a real rollout, and a step of lr 0:
+    # the update must recompute exactly the rollout's probabilities
+    cfg = tiny_config(tmp_path, **{"rl_agent.num_layers": 1, "rl_agent.dropout": dropout})
+    t = Trainer(cfg, progress=False, collection=default_collection())
+    stats = t._collect()
+    adv, ret = compute_gae(t.buf.rewards, t.buf.values, t.buf.terminated, t.buf.alive, 0.99, 0.95)
+    t.agent.use_tables(t.train_tables)
     s = PPOSettings(epochs=1, minibatch_size=10 ** 6)  # one minibatch: the ratio before any step
-    stats = ppo_update(agent, opt, AmpContext(torch.device("cpu"), False), buf, world.qs, adv, ret, s,
-                       torch.Generator().manual_seed(0))
-    assert stats["minibatches"] == 1 and stats["samples"] == buf.alive.sum()
-    assert abs(stats["approx_kl"]) < 1e-6 and stats["clipfrac"] == 0.0
+    out = ppo_update(t.agent, make_optimizer(t.agent.parameters(), 0.0), t.amp, t.buf, t.train_qs, adv, ret, s,
+                     torch.Generator().manual_seed(0), stats["local_steps"])
+    assert out["minibatches"] == 1 and out["samples"] == t.buf.alive.sum()
+    assert abs(out["approx_kl"]) < 1e-9 and out["clipfrac"] == 0.0
     # a real step moves the policy: the second epoch sees a ratio != 1
-    stats = ppo_update(agent, torch.optim.Adam(agent.parameters(), lr=1e-2), AmpContext(torch.device("cpu"), False),
-                       buf, world.qs, adv, ret, PPOSettings(epochs=2, minibatch_size=10 ** 6),
-                       torch.Generator().manual_seed(0))
-    assert stats["approx_kl"] > 1e-6
+    out = ppo_update(t.agent, make_optimizer(t.agent.parameters(), 1e-2), t.amp, t.buf, t.train_qs, adv, ret,
+                     PPOSettings(epochs=2, minibatch_size=10 ** 6), torch.Generator().manual_seed(0),
+                     stats["local_steps"])
+    assert out["approx_kl"] > 1e-6
+
+
+def test_minibatches_cover_every_sample_once_per_epoch(world):
+    # 4 minibatches of 16 slots for the samples, the last one's tail masked: the masked mean of a minibatch is
+    # its real samples' mean, so a full pass equals one big minibatch's loss in expectation; here: the counts
+    agent, buf, adv, ret = rollout(world)
+    n = int(buf.alive.sum())
+    stats = update(agent, buf, world, adv, ret, PPOSettings(epochs=3, minibatch_size=16), lr=1e-4)
+    assert stats["minibatches"] == 3 * -(-n // 16) and stats["samples"] == n
 
 
 def test_bf16_autocast_on_cpu(world):
@@ -135,14 +175,31 @@ def test_bf16_autocast_on_cpu(world):
     amp = AmpContext(torch.device("cpu"), enabled=True, dtype="bfloat16")
     assert amp.enabled and amp.dtype == torch.bfloat16 and not amp.scaler.is_enabled()  # bf16 needs no scaler
     before = [p.detach().clone() for p in agent.parameters()]
-    stats = ppo_update(agent, torch.optim.Adam(agent.parameters(), lr=1e-3), amp, buf, world.qs, adv, ret,
-                       PPOSettings(epochs=1, minibatch_size=32), torch.Generator().manual_seed(0))
+    stats = update(agent, buf, world, adv, ret, PPOSettings(epochs=1, minibatch_size=32), amp=amp)
     for k in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert torch.isfinite(torch.tensor(stats[k])), k
     assert stats["nonfinite_skipped"] == 0 and stats["minibatches"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters()))
     # "auto" on the CPU means off (CPU autocast is opt-in)
     assert not AmpContext(torch.device("cpu"), enabled=True, dtype="auto").enabled
+
+
+@pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled")
+@pytest.mark.parametrize("capability, dtype", [((7, 5), torch.float16), ((8, 0), torch.bfloat16)])
+def test_auto_amp_on_cuda_is_bf16_only_where_native(monkeypatch, capability, dtype):
+    # a T4 (7.5) reports bf16 support through emulation; auto must still pick fp16 (and its scaler) there
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    cuda = torch.device("cuda")
+    assert native_bf16(cuda) == (capability >= (8, 0))
+    amp = AmpContext(cuda, enabled=True, dtype="auto")
+    assert amp.enabled and amp.dtype == dtype
+
+
+def test_update_needs_an_optimizer_that_skips_on_the_device(world):
+    agent, buf, adv, ret = rollout(world)
+    with pytest.raises(TypeError, match="make_optimizer"):
+        update(agent, buf, world, adv, ret, PPOSettings(), optimizer=torch.optim.Adam(agent.parameters()))
 
 
 class NaNValues(torch.nn.Module):
@@ -158,19 +215,22 @@ class NaNValues(torch.nn.Module):
         return logits, (values * float("nan") if self.calls <= self.n else values)
 
 
-def test_nonfinite_loss_is_skipped_and_counted(world):
+def test_nonfinite_minibatch_is_skipped_and_counted(world):
     agent, buf, adv, ret = rollout(world)
     agent.parallelize(NaNValues(agent.core, n=1))
     before = [p.detach().clone() for p in agent.parameters()]
+    opt = make_optimizer(agent.parameters(), 1e-3)
     s = PPOSettings(epochs=1, minibatch_size=10 ** 6, max_nonfinite=3)
-    stats = ppo_update(agent, torch.optim.Adam(agent.parameters(), lr=1e-3), AmpContext(torch.device("cpu"), False),
-                       buf, world.qs, adv, ret, s, torch.Generator().manual_seed(0))
+    stats = update(agent, buf, world, adv, ret, s, optimizer=opt)
     assert stats["nonfinite_skipped"] == 1 and stats["nonfinite_streak"] == 1 and stats["minibatches"] == 0
     assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters()))  # no step on a NaN loss
+    # skipped on the device: Adam's step count and moments are untouched too
+    assert all(st["step"] == 0 and not st["exp_avg"].any() and not st["exp_avg_sq"].any()
+               for st in opt.state.values())
     # a finite minibatch resets the streak
-    stats = ppo_update(agent, torch.optim.Adam(agent.parameters(), lr=1e-3), AmpContext(torch.device("cpu"), False),
-                       buf, world.qs, adv, ret, s, torch.Generator().manual_seed(0), nonfinite_streak=2)
+    stats = update(agent, buf, world, adv, ret, s, optimizer=opt, streak=2)
     assert stats["nonfinite_skipped"] == 0 and stats["nonfinite_streak"] == 0 and stats["minibatches"] == 1
+    assert all(st["step"] == 1 for st in opt.state.values())
 
 
 def test_repeated_nonfinite_loss_raises_with_advice(world):
@@ -178,11 +238,22 @@ def test_repeated_nonfinite_loss_raises_with_advice(world):
     agent.parallelize(NaNValues(agent.core, n=10 ** 6))
     s = PPOSettings(epochs=4, minibatch_size=16, max_nonfinite=5)
     with pytest.raises(AdaptiveIRError, match="--no-amp") as err:
-        ppo_update(agent, torch.optim.Adam(agent.parameters()), AmpContext(torch.device("cpu"), False), buf,
-                   world.qs, adv, ret, s, torch.Generator().manual_seed(0))
-    assert "5 minibatches in a row" in str(err.value)
+        update(agent, buf, world, adv, ret, s)
+    batches = 4 * -(-int(buf.alive.sum()) // 16)
+    assert f"{batches} minibatches in a row" in str(err.value)  # the update's whole run of them
     # the streak carries over between updates
     agent.parallelize(NaNValues(agent.core, n=1))
     with pytest.raises(AdaptiveIRError, match="learning_rate"):
-        ppo_update(agent, torch.optim.Adam(agent.parameters()), AmpContext(torch.device("cpu"), False), buf,
-                   world.qs, adv, ret, s, torch.Generator().manual_seed(0), nonfinite_streak=4)
+        update(agent, buf, world, adv, ret, PPOSettings(epochs=1, minibatch_size=10 ** 6, max_nonfinite=5),
+               streak=4)
+
+
+def test_target_kl_stops_stepping_on_the_device(world):
+    agent, buf, adv, ret = rollout(world)
+    opt = make_optimizer(agent.parameters(), 5e-2)
+    s = PPOSettings(epochs=4, minibatch_size=16, target_kl=1e-9)
+    stats = update(agent, buf, world, adv, ret, s, optimizer=opt)
+    # the first minibatch sees the rollout's policy (KL 0) and steps; the second sees the moved policy, steps
+    # and crosses the limit; every later one is skipped (as a break would), not counted
+    assert stats["minibatches"] == 2 and stats["nonfinite_skipped"] == 0
+    assert all(st["step"] == 2 for st in opt.state.values())

@@ -67,8 +67,8 @@ def test_empty_feedback_query_can_only_stop(world):
     legal = env.legal()
     assert legal[0, -1] and not legal[0, :-1].any()
     assert env.metric[0] == 0
-    reward, term, trunc = env.step(torch.tensor([env.M]))
-    assert term[0] and not trunc[0] and reward[0] == 0
+    reward, term = env.step(torch.tensor([env.M]))
+    assert term[0] and reward[0] == 0
 
 
 def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch):

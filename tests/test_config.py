@@ -431,3 +431,15 @@ def test_use_pretrained_embeddings_false_is_rejected_clearly(tmp_path):
 def test_seed_candidate_cache_size_is_reported_as_unused(caplog):
     load_config("msa_optimized_gpu")
     assert "candidate_mining.cache_size: not used" in caplog.text
+
+
+def test_seed_reward_cache_and_dropout_are_reported_as_not_applied(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config("msa_optimized_gpu")
+    assert "msa_optimized_gpu.yaml:98: training.search_cache_size: not used" in caplog.text
+    assert "msa_optimized_gpu.yaml:39: rl_agent.dropout: 0.1 is not applied" in caplog.text
+    assert cfg.training.search_cache_size == 10000 and cfg.rl_agent.dropout == 0.1 and cfg.training.compile is False
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_config("quickstart")  # dropout 0.0, no cache key: nothing to report
+    assert "dropout" not in caplog.text and "search_cache_size" not in caplog.text

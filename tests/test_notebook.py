@@ -1,6 +1,7 @@
-"""The Kaggle notebook runs top to bottom on the CPU with a tiny run injected into its parameter cell, and leaves
-the learning-curve plot and the ours-vs-BM25-vs-RM3 table behind; re-run on an OUTPUT_DIR that holds an earlier
-run, it writes beside it and leaves that run as it was."""
+"""The Kaggle notebook runs top to bottom on the CPU with a tiny run injected into its parameter cell, in this
+process and as DDP under torchrun (two gloo processes standing in for the two T4s), and leaves the learning-curve
+plot and the ours-vs-BM25-vs-RM3 table behind; re-run on an OUTPUT_DIR that holds an earlier run, it writes beside
+it and leaves that run as it was."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ def run_files(folder: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".lock"}
 
 
-def test_notebook_runs_on_cpu_and_reports(tmp_path):
+@pytest.mark.parametrize("multi_gpu", ["single", "ddp"])
+def test_notebook_runs_on_cpu_and_reports(tmp_path, monkeypatch, multi_gpu):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert "parameters" in nb.cells[1].metadata.get("tags", [])
+    assert 'MULTI_GPU = "ddp"' in nb.cells[1].source  # DDP is what a 2-GPU box gets by default
     earlier = tmp_path / "run"  # what a previous execution of the notebook left in OUTPUT_DIR
     (earlier / "checkpoints").mkdir(parents=True)
     (earlier / "checkpoints" / "best.pt").write_bytes(b"the model of an earlier run")
@@ -46,8 +49,11 @@ def test_notebook_runs_on_cpu_and_reports(tmp_path):
     out = tmp_path / "run_2"
     nb.cells[1].source = "\n".join([
         f"REPO_DIR = {str(REPO)!r}", "DATA_DIR = None", 'DATASET_TYPE = "beir"', 'CONFIG = "quickstart"',
-        f"OUTPUT_DIR = {str(earlier)!r}", "RESUME = False", "EPOCHS = 2", 'DEVICE = "cpu"', "INSTALL = False",
-        f"OVERRIDES = {TINY!r}"])
+        f"OUTPUT_DIR = {str(earlier)!r}", "RESUME = False", "EPOCHS = 2", 'DEVICE = "cpu"', "INSTALL = False", f"OVERRIDES = {TINY!r}",
+        f"MULTI_GPU = {multi_gpu!r}", f"PROCESSES = {2 if multi_gpu == 'ddp' else None}"])
+    # the kernel and the DDP processes it starts import this checkout, one thread each
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     client = nbclient.NotebookClient(nb, kernel_name=python_kernel(), timeout=600,
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
@@ -60,8 +66,12 @@ def test_notebook_runs_on_cpu_and_reports(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the learning curves, inline
     assert "using the embedded default collection" not in text(nb.cells[5])  # DATA_DIR None: no warning
-    assert "policy forwards through ActorCritic" in text(nb.cells[7])  # one CPU: no wrapper
-    assert f"writing to {out} ({earlier} holds a run" in text(nb.cells[7])
+    if multi_gpu == "ddp":
+        assert "DDP over 2 processes" in text(nb.cells[7])
+        assert "DistributedDataParallel: 2 processes" in text(nb.cells[9])  # the processes' log, streamed
+    else:
+        assert "policy forwards through ActorCritic" in text(nb.cells[7])  # one CPU: no wrapper
+        assert f"writing to {out} ({earlier} holds a run" in text(nb.cells[7])
     assert run_files(earlier) == before
     assert json.loads((out / "run.json").read_text())["status"] == "completed"
 

@@ -1,5 +1,7 @@
-"""Several devices on a CPU machine: the DataParallel routing (a batch-splitting stand-in), DDP under torchrun with
-the gloo backend, GPU telemetry (silent without a GPU; sampled from fake devices) and the CUDA OOM message."""
+"""Several devices on a CPU machine: the DataParallel routing (a batch-splitting stand-in; the update alone, with
+autocast inside the replicas), DDP under torchrun with the gloo backend (equal parameters *and* optimizer states
+across ranks after uneven shards and after a non-finite minibatch on one rank), GPU telemetry (silent without a
+GPU; sampled from fake devices) and the CUDA OOM message."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import adaptive_ir.trainer as trainer_mod
 from adaptive_ir import cli
 from adaptive_ir.checkpoint import load_checkpoint
 from adaptive_ir.monitor import read_metrics
+from adaptive_ir.ppo import AmpContext, Autocast
 from adaptive_ir.telemetry import GPUTelemetry, discover_devices, sample
 from adaptive_ir.trainer import Trainer, parallel_wrapper
 
@@ -73,22 +76,45 @@ class FakeDevice:
 
 
 # ---------------------------------------------------------------------------------------------- DataParallel
-def test_dataparallel_chosen_only_with_several_gpus(monkeypatch):
+def test_dataparallel_chosen_only_with_several_gpus_and_large_minibatches(monkeypatch):
     monkeypatch.setattr(torch.nn, "DataParallel", SplittingWrapper)
     core = nn.Linear(2, 2)
+    amp = AmpContext(torch.device("cpu"), False)
+    big, small = trainer_mod.DATA_PARALLEL_MIN_BATCH, trainer_mod.DATA_PARALLEL_MIN_BATCH - 1
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert isinstance(parallel_wrapper(core, torch.device("cuda")), SplittingWrapper)
-    assert isinstance(parallel_wrapper(core, torch.device("cuda:0")), SplittingWrapper)
-    assert parallel_wrapper(core, torch.device("cuda:1")) is None  # an explicit other GPU means that one alone
-    assert parallel_wrapper(core, torch.device("cpu")) is None
+    for device in ("cuda", "cuda:0"):
+        wrapper = parallel_wrapper(core, torch.device(device), amp, big)
+        assert isinstance(wrapper, SplittingWrapper) and isinstance(wrapper.module, Autocast)
+        assert wrapper.module.module is core
+    assert parallel_wrapper(core, torch.device("cuda"), amp, small) is None  # small minibatches: one GPU pays
+    assert parallel_wrapper(core, torch.device("cuda:1"), amp, big) is None  # an explicit other GPU: that one
+    assert parallel_wrapper(core, torch.device("cpu"), amp, big) is None
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert parallel_wrapper(core, torch.device("cuda")) is None
+    assert parallel_wrapper(core, torch.device("cuda"), amp, big) is None
 
 
-def test_rollout_update_and_eval_forwards_run_through_the_wrapper(tmp_path, monkeypatch):
+def test_autocast_is_applied_inside_each_replica():
+    # DataParallel's worker threads enter autocast with the device's default dtype (fp16 on CUDA); the wrapper
+    # must restore the configured one inside the replica. Stand-in on the CPU: a thread entering fp16 autocast.
+    amp = AmpContext(torch.device("cpu"), True, "bfloat16")
+    layer = nn.Linear(4, 4)
+    out = {}
+
+    def replica(name, module):
+        with torch.autocast("cpu", dtype=torch.float16):
+            out[name] = module(torch.randn(2, 4)).dtype
+
+    for name, module in (("bare", layer), ("wrapped", Autocast(layer, amp))):
+        thread = threading.Thread(target=replica, args=(name, module))
+        thread.start()
+        thread.join()
+    assert out == {"bare": torch.float16, "wrapped": torch.bfloat16}
+
+
+def test_only_update_forwards_run_through_the_wrapper(tmp_path, monkeypatch):
     wrappers: list[SplittingWrapper] = []
 
-    def wrap(core, device):
+    def wrap(core, device, amp, minibatch_size):
         wrappers.append(SplittingWrapper(core))
         return wrappers[-1]
 
@@ -103,11 +129,10 @@ def test_rollout_update_and_eval_forwards_run_through_the_wrapper(tmp_path, monk
     t.train()
 
     calls = wrappers[0].calls
-    rollout = [b for grad, b in calls if not grad]
-    update = [b for grad, b in calls if grad]
-    assert cfg.training.collect_batch_size in rollout  # collect: B episodes per forward
-    assert len(t.dev_qs) in rollout  # greedy_rewrite on dev: one batch of every dev query
-    assert update and max(update) == cfg.training.batch_size  # ppo_update minibatches
+    # rollouts and the dev evaluation use the bare core on one device; the update's minibatches, the wrapper
+    assert calls and all(grad and b == cfg.training.batch_size for grad, b in calls)
+    logged = read_metrics(tmp_path / "logs" / "metrics.jsonl")
+    assert t.update == 2 and any(r.get("dev/R@40") is not None for r in logged)  # dev was evaluated
     assert list(t.agent.state_dict()) == keys
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert list(ckpt["model"]) == list(t.agent.core.state_dict())
@@ -124,40 +149,79 @@ import torch
 import adaptive_ir.trainer as T
 from adaptive_ir import cli
 
-train = T.Trainer.train
+train, collect = T.Trainer.train, T.Trainer._collect
 
-def train_and_record(self):
-    out = train(self)
+
+def digest(tensors):
     h = hashlib.sha256()
-    for k, v in self.agent.core.state_dict().items():
-        h.update(k.encode()); h.update(v.detach().cpu().double().numpy().tobytes())
-    with open(os.path.join(sys.argv[-1], f"rank{self.rank}.json"), "w") as f:
-        json.dump({"hash": h.hexdigest(), "shard": self.shard.tolist(), "updates": out["updates"],
-                   "world": self.world, "runner": type(self.agent._runner).__name__}, f)
+    for t in tensors:
+        h.update(torch.as_tensor(t).detach().cpu().double().numpy().tobytes())
+    return h.hexdigest()
+
+
+def collect_and_count(self):
+    out = collect(self)
+    self.transitions = getattr(self, "transitions", []) + [int(self.buf.alive.sum())]
     return out
 
-T.Trainer.train = train_and_record
+
+def train_and_record(self):
+    poison = int(os.environ.get("POISON_CALL", "0"))
+    if poison and self.rank == 1:  # one non-finite minibatch on one rank only
+        core, calls = self.agent.core, []
+        plain = core.forward
+
+        def forward(*args):
+            logits, values = plain(*args)
+            if torch.is_grad_enabled():
+                calls.append(1)
+                if len(calls) == poison:
+                    values = values * float("nan")
+            return logits, values
+
+        core.forward = forward
+    out = train(self)
+    opt = self.optimizer.state_dict()["state"]
+    with open(os.path.join(sys.argv[-1], f"rank{self.rank}.json"), "w") as f:
+        json.dump({"params": digest(self.agent.core.state_dict().values()),
+                   "adam_steps": [float(opt[i]["step"]) for i in sorted(opt)],
+                   "adam_moments": digest([opt[i][k] for i in sorted(opt) for k in ("exp_avg", "exp_avg_sq")]),
+                   "transitions": self.transitions, "shard": self.shard.tolist(), "updates": out["updates"],
+                   "nonfinite_total": self.nonfinite_total, "world": self.world,
+                   "runner": type(self.agent._runner).__name__}, f)
+    return out
+
+T.Trainer.train, T.Trainer._collect = train_and_record, collect_and_count
 sys.exit(cli.main(["train", *sys.argv[1:-1]]))
 """
 
 
-def test_ddp_two_processes_gloo_stay_in_sync(tmp_path):
+def run_ddp(tmp_path: Path, poison_call: int = 0, **extra) -> tuple[list[dict], subprocess.CompletedProcess, Path]:
+    """Two gloo ranks under torchrun on the tiny default-collection run; each rank's record (worker above)."""
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     out = tmp_path / "run"
-    sets = {"training.episodes_per_update": 32, "training.collect_batch_size": 16, "training.batch_size": 64,
+    sets = {"training.episodes_per_update": 32, "training.collect_batch_size": 16, "training.batch_size": 16,
             "training.ppo_epochs": 2, "training.num_epochs": 2, "training.eval_every": 2, "data.max_train_queries": 64,
-            "rl_agent.hidden_dim": 32, "rl_agent.num_heads": 2}
+            "rl_agent.hidden_dim": 32, "rl_agent.num_heads": 2, **extra}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
            "--config", "quickstart", "--output-dir", str(out), "--no-progress", "--test",
            *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], str(tmp_path)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "POISON_CALL": str(poison_call)}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)], proc, out
 
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+def test_ddp_two_processes_gloo_stay_in_sync(tmp_path):
+    ranks, proc, out = run_ddp(tmp_path)
     assert all(r["world"] == 2 and r["runner"] == "DistributedDataParallel" for r in ranks)
-    assert ranks[0]["hash"] == ranks[1]["hash"]  # gradients all-reduced: identical replicas
+    assert ranks[0]["params"] == ranks[1]["params"]  # gradients all-reduced: identical replicas
+    # the ranks rolled out different numbers of transitions (their own queries), hence would need different
+    # numbers of minibatches; they ran the same number, so their optimizers took the same steps
+    assert ranks[0]["transitions"] != ranks[1]["transitions"]
+    assert ranks[0]["adam_steps"] == ranks[1]["adam_steps"] and ranks[0]["adam_steps"][0] > 0
+    assert ranks[0]["adam_moments"] == ranks[1]["adam_moments"]
     assert ranks[0]["updates"] == ranks[1]["updates"] == 2  # 2 epochs × 64 queries / (2 ranks × 32 episodes)
     s0, s1 = set(ranks[0]["shard"]), set(ranks[1]["shard"])
     assert not s0 & s1 and s0 | s1 == set(range(64))  # each rank rolls out its own queries
@@ -171,10 +235,21 @@ def test_ddp_two_processes_gloo_stay_in_sync(tmp_path):
 
     # the same command again: rank 0 is refused (the folder holds that run) and both ranks leave, none hangs
     # (torchrun itself then reports the failed worker, with its own traceback)
-    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "POISON_CALL": "0"}
+    again = subprocess.run(proc.args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode != 0
     assert again.stderr.count(f"error: {out} already holds a run") == 1, again.stderr[-3000:]
     assert json.loads((out / "run.json").read_text()) == run
+
+
+def test_ddp_nonfinite_minibatch_on_one_rank_is_skipped_on_both(tmp_path):
+    # rank 1's third minibatch has a NaN loss: its gradient all-reduce still pairs with rank 0's, and both skip
+    # that step (the all-reduced gradients are NaN on both), so optimizers and parameters stay equal
+    ranks, _, _ = run_ddp(tmp_path, poison_call=3, **{"training.num_epochs": 1})
+    assert ranks[0]["nonfinite_total"] == ranks[1]["nonfinite_total"] == 1
+    assert ranks[0]["params"] == ranks[1]["params"]
+    assert ranks[0]["adam_steps"] == ranks[1]["adam_steps"]
+    assert ranks[0]["adam_moments"] == ranks[1]["adam_moments"]
 
 
 # ---------------------------------------------------------------------------------------------- telemetry

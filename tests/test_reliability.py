@@ -34,7 +34,7 @@ from helpers import TINY_ARGS as TINY
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 2
-TIMING = ("charts/SPS", "charts/episodes_per_s", "charts/reward_cache_hit_rate")
+TIMING = ("charts/SPS", "charts/episodes_per_s")
 
 
 def tiny_overrides(out: Path, **extra: str) -> dict[str, str]:
@@ -83,8 +83,7 @@ def model_of(path: Path) -> dict[str, torch.Tensor]:
 
 
 def update_rows(out: Path) -> dict[int, dict]:
-    """metrics.jsonl training rows by update, without wall-clock figures (and the reward cache hit rate, which
-    depends on what the cache held before a restart, not on what is learned)."""
+    """metrics.jsonl training rows by update, without wall-clock figures."""
     rows = {}
     for r in read_metrics(out / "logs" / "metrics.jsonl"):
         if "charts/episodic_return" in r:
@@ -286,7 +285,7 @@ def test_damaged_embedding_cache_is_rebuilt_not_used(small_workspace, tmp_path, 
 
 
 class NaNInjector:
-    """Makes the value head return NaN on chosen PPO-update forwards (training mode only; rollouts are clean)."""
+    """Makes the value head return NaN on chosen PPO-update forwards (the update's; rollouts are clean)."""
 
     def __init__(self, monkeypatch, every: int):
         from adaptive_ir.policy import Agent
@@ -296,7 +295,7 @@ class NaNInjector:
 
         def forward(agent, *args, **kwargs):
             logits, values = original(agent, *args, **kwargs)
-            if agent.training:
+            if kwargs.get("parallel"):
                 self.calls += 1
                 if self.calls % self.every == 0:
                     self.injected += 1
@@ -326,13 +325,14 @@ def test_nonfinite_minibatches_are_skipped_counted_and_training_goes_on(tmp_path
 def test_repeated_nan_stops_with_advice(tmp_path, monkeypatch, capsys):
     nan = NaNInjector(monkeypatch, every=1)
     out = tmp_path / "run"
-    # 10 PPO epochs: the 20 non-finite minibatches in a row that stop training all fall in the first update
+    # 10 PPO epochs of non-finite minibatches: the update in which the streak reaches 20 is finished (skipping on
+    # the device, no host check per minibatch) and then reported with its whole streak
     rc = main(["train", *TINY, *AMP, "--set", "training.ppo_epochs=10", "--epochs", "1", "--output-dir", str(out)])
     err = capsys.readouterr().err
     assert rc == 2
     assert "Traceback" not in err
     assert "not finite" in err and "--no-amp" in err and "learning_rate" in err
-    assert nan.injected == 20
+    assert nan.injected >= 20 and f"in {nan.injected} minibatches in a row" in err
     assert (out / "checkpoints" / "last.pt").is_file()  # the last good parameters are kept
 
 
