@@ -146,7 +146,8 @@ def cmd_evaluate(args) -> int:
     from .config import load_config, resolve_device
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
-    from .trainer import build_agent, evaluate_split, load_compatible
+    from .methods import evaluate_split
+    from .trainer import build_agent, load_compatible
     from .ppo import AmpContext
     from .workspace import Workspace
 
