@@ -20,10 +20,6 @@ from .ppo import AmpContext
 from .reformulate import agent_run
 from .workspace import Workspace
 
-BASELINES = ("bm25", "rm3", "rm3-semantic")
-"""The fixed (deterministic, untrained) methods; rm3-semantic exists only with semantic feedback."""
-
-
 def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = None, amp: AmpContext | None = None,
                baselines: bool = True, oracle: bool = False
                ) -> tuple[list[str], dict[str, dict[str, int]], dict[str, Run]]:

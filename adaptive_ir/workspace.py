@@ -49,7 +49,7 @@ class Workspace:
         self.cfg, self.device, self.progress = cfg, device, progress
         cm, rc = cfg.candidate_mining, cfg.retrieval
         with self._phase("load collection"):
-            self.collection = collection or load_collection(cfg.data, cfg.system.seed, splits)
+            self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
         with self._phase("index"):
             self.retriever = Retriever.build(self.collection, rc.bm25_k1, rc.bm25_b, rc.idf, device=device)
         with self._phase("embedding model"):
@@ -137,7 +137,7 @@ class Workspace:
         """Read a split that was left out when the collection was loaded (the test split, after training)."""
         if split in self.collection.queries:
             return
-        extra = load_collection(self.cfg.data, self.cfg.system.seed, (split,))
+        extra = load_collection(self.cfg.data, self.cfg.split_seed, (split,))
         if split in extra.queries:
             self.collection.queries[split] = extra.queries[split]
             self.collection.qrels[split] = extra.qrels[split]

@@ -1,5 +1,6 @@
 """Reliability: interruption and exact resume through the CLI, crash-safe writes, damaged checkpoints and caches,
-non-finite losses, and the leakage guards (every document indexed; test qrels unread while training).
+non-finite losses, and the leakage guards (every document indexed; test qrels unread while training and by
+``compare --split dev``).
 
 Training runs here are tiny (32 train queries, 16 episodes per update) so the whole file stays well under a
 minute of CPU time; the engine-level resume tests via the Trainer API live beside the trainer's own tests.
@@ -386,6 +387,28 @@ def test_training_never_opens_test_qrels(beir_default, tmp_path, monkeypatch):
     trainer.test()  # evaluation reads the test judgments, on demand
     assert "test.tsv" in {Path(p).name for p in opened if Path(p).parent.name == "qrels"}
     assert (tmp_path / "out" / "test_metrics.json").is_file()
+
+
+def test_compare_and_evaluate_on_dev_never_open_test_qrels(beir_default, tmp_path, monkeypatch):
+    from adaptive_ir.compare import compare
+
+    opened: list[str] = []
+    real_open = Path.open
+
+    def recording_open(self, *args, **kwargs):
+        opened.append(str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", recording_open)
+    cfg = load_config("quickstart", tiny_overrides(tmp_path / "out", **{
+        "data.dataset_type": "beir", "data.data_dir": str(beir_default), "training.num_epochs": "1"}))
+    report, _ = compare(cfg, [1, 2], "dev", progress=False, n_permutations=100)
+    again, _ = compare(cfg, [1, 2], "dev", skip_train=True, progress=False, n_permutations=100)
+    assert report["split"] == "dev" and report["queries"] > 0 and again["methods"] == report["methods"]
+    assert main(["evaluate", "--config", "quickstart", "--set", "data.dataset_type=beir", "--data-dir",
+                 str(beir_default), "--output-dir", str(tmp_path / "out"), "--split", "dev", "--no-progress"]) == 0
+    assert {Path(p).name for p in opened if Path(p).parent.name == "qrels"} == {"train.tsv", "dev.tsv"}
+    assert not list((tmp_path / "out").rglob("test.*.trec"))
 
 
 def test_splits_load_on_demand_and_match_a_full_load(beir_default):
