@@ -210,8 +210,8 @@ def format_report(r: dict) -> str:
     n, seeds = r["queries"], r["seeds"]
     small = f" — **small split** (n = {n} < {SMALL_SPLIT}: one query moves a mean by {1 / n:.1%})" \
         if r["small_split"] else ""
-    lines = [f"**{r['collection']} / {r['split']}: {n} queries, {len(seeds)} training seeds "
-             f"({', '.join(map(str, seeds))})**{small}", "",
+    seeds_text = f"{len(seeds)} training seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))})"
+    lines = [f"**{r['collection']} / {r['split']}: {n} queries, {seeds_text}**{small}", "",
              "| method | " + " | ".join(METRIC_NAMES) + " |", "|---" * (len(METRIC_NAMES) + 1) + "|"]
     for m, s in r["methods"].items():
         if s["deterministic"]:
@@ -224,8 +224,9 @@ def format_report(r: dict) -> str:
               + ", ".join(m for m, s in r["methods"].items() if s["deterministic"])
               + ": deterministic (no training), std 0."]
     if r["tests"]:
-        lines += ["", f"Paired per-query tests of the agent (its per-query value: the mean over the {len(seeds)} "
-                  f"seeds) against BM25 and against the best fixed rule ({r['best_fixed_rule']}: "
+        per_query_value = f"the mean over the {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
+        lines += ["", f"Paired per-query tests of the agent (its per-query value: {per_query_value}) against BM25 "
+                  f"and against the best fixed rule ({r['best_fixed_rule']}: "
                   f"{r['best_fixed_rule_by']}). p: two-sided sign-flip randomization test ({r['permutations']:,} "
                   f"random sign assignments, seed {r['permutation_seed']}; exact when 2^n is fewer) and scipy's "
                   "paired t-test. W/T/L: queries where the agent is above / equal to / below.", "",

@@ -146,3 +146,28 @@ def test_skip_train_needs_every_seed_checkpoint(tmp_path, capsys):
     rc = main(["compare", "--output-dir", str(tmp_path), "--seeds", "3,4", "--skip-train", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "seed-3" in err and "seed-4" in err and "without --skip-train" in err
+
+
+def test_the_dev_carving_follows_split_seed_not_the_training_seed(tmp_path):
+    import torch
+
+    from adaptive_ir.config import load_config
+    from adaptive_ir.workspace import Workspace
+
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"word{i} common"}) + "\n"
+                                                   for i in range(20)))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"word{i}"}) + "\n"
+                                                    for i in range(20)))
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                  + "".join(f"q{i}\td{i}\t1\n" for i in range(20)))
+
+    def dev(**over):
+        cfg = load_config("quickstart", {"data.dataset_type": "beir", "data.data_dir": str(tmp_path),
+                                         "training.output_dir": str(tmp_path / "out"), **over})
+        return set(Workspace(cfg, torch.device("cpu"), progress=False).collection.queries["dev"])
+
+    assert load_config("quickstart", {"system.seed": "7"}).split_seed == 7  # unset: the training seed
+    pinned = dev(**{"system.seed": "1", "data.split_seed": "42"})
+    assert pinned == dev(**{"system.seed": "2", "data.split_seed": "42"}) == dev(**{"system.seed": "42"})
+    assert any(dev(**{"system.seed": str(s)}) != pinned for s in (1, 2, 3))
