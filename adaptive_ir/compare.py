@@ -83,7 +83,7 @@ def seed_config(cfg: Config, seed: int, root: Path) -> Config:
 
 
 def _same_settings(cfg: Config, stored: dict, where: Path) -> None:
-    ours = json.loads(json.dumps(config_to_dict(cfg)))
+    ours, stored = json.loads(json.dumps(config_to_dict(cfg))), json.loads(json.dumps(stored))
     diff = [f"{section}.{key}: {value!r} there, {ours[section].get(key)!r} now"
             for section, keys in stored.items() for key, value in keys.items()
             if (section, key) not in UNCHECKED_KEYS and ours.get(section, {}).get(key) != value]
