@@ -1,4 +1,5 @@
-"""Command line: ``adaptive-ir {train,evaluate,reformulate,oracle}``; ``train_optimized.py`` wraps ``train``."""
+"""Command line: ``adaptive-ir {train,evaluate,compare,reformulate,oracle}``; ``train_optimized.py`` wraps
+``train``."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ OOM_ADVICE = ("CUDA out of memory. Lower training.collect_batch_size (episodes p
               "training.batch_size (PPO minibatch), then keep AMP on (training.use_amp: true).")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
     p.add_argument("--config", default="quickstart",
                    help="YAML file, or a name in configs/ (quickstart, scifact, msa_optimized_gpu, ...)")
     p.add_argument("--data-dir", help="override data.data_dir")
     p.add_argument("--output-dir", help="override training.output_dir")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (override system.device)")
-    p.add_argument("--seed", type=int, help="override system.seed")
+    if seed:
+        p.add_argument("--seed", type=int, help="override system.seed")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -54,6 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", help="write {method: {metric: value}} here")
     e.add_argument("--markdown", help="write the table here")
     e.add_argument("--run-dir", help="write TREC run files here")
+
+    c = sub.add_parser("compare", help="train one run per seed and compare every method on a split: mean ± std "
+                       "over seeds, paired per-query tests of the agent against BM25 and the best fixed rule")
+    _common(c, seed=False)
+    c.add_argument("--seeds", default="1,2,3", help="training seeds, comma-separated (default 1,2,3)")
+    c.add_argument("--split", default="test",
+                   help="split to compare on (default test); dev never opens the test judgments")
+    c.add_argument("--skip-train", action="store_true",
+                   help="evaluate the seeds' existing best.pt under --output-dir instead of training")
+    c.add_argument("--permutations", type=int, default=10_000,
+                   help="random sign assignments of the randomization test (default 10000)")
 
     o = sub.add_parser("oracle", help="the qrels upper bound: greedy best-term selection, with BM25 and RM3")
     _common(o)
@@ -213,14 +226,15 @@ def cmd_evaluate(args) -> int:
     from .config import load_config, resolve_device
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
+    from .methods import evaluate_split
     from .ppo import AmpContext
-    from .trainer import evaluate_split
     from .workspace import Workspace
 
     agent = amp = None
     cfg = load_config(args.config, _overrides(args))
     device = torch.device(resolve_device(cfg.system.device))
-    ws = Workspace(cfg, device, progress=not args.no_progress)
+    # only the evaluated split's judgments are read (with --split dev the test qrels stay unopened)
+    ws = Workspace(cfg, device, progress=not args.no_progress, splits=(args.split,))
     if args.checkpoint:
         state = load_compatible(args.checkpoint, cfg)
         print(describe_origin(args.checkpoint, state), flush=True)
@@ -237,6 +251,29 @@ def cmd_evaluate(args) -> int:
         atomic_write_json(args.json, results)
     if args.markdown:
         atomic_write_bytes(args.markdown, (table + "\n").encode("utf-8"))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import signal
+
+    from .compare import CompareInterrupted, compare, parse_seeds
+    from .config import load_config
+    from .errors import ConfigError
+
+    seeds = parse_seeds(args.seeds)
+    if args.permutations < 1:
+        raise ConfigError(f"--permutations {args.permutations}: expected a positive number, e.g. 10000")
+    cfg = load_config(args.config, _overrides(args))
+    try:
+        report, table = compare(cfg, seeds, args.split, skip_train=args.skip_train, progress=not args.no_progress,
+                                n_permutations=args.permutations)
+    except CompareInterrupted as e:
+        print(f"interrupted while training seed {e.seed}: run the same command again to resume", file=sys.stderr)
+        return 130 if e.signal == signal.SIGINT else 0
+    print(table)
+    out = Path(cfg.training.output_dir)
+    print(f"wrote {out / f'compare-{args.split}.md'} and .json; TREC runs under {out}")
     return 0
 
 
@@ -264,7 +301,8 @@ def cmd_oracle(args) -> int:
     return cmd_evaluate(args)
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "reformulate": cmd_reformulate, "oracle": cmd_oracle}
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "compare": cmd_compare, "reformulate": cmd_reformulate,
+            "oracle": cmd_oracle}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,6 +94,9 @@ class DataConfig:
     """Folder (or BEIR zip) of the collection; required by every type but default and ir_datasets."""
     dev_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.2
     """Share of train queries carved into dev when the collection has no dev split."""
+    split_seed: NonNegInt | None = None
+    """Seed of that carving (which train queries become dev); None = system.seed. ``compare`` pins it so every
+    training seed trains and is selected on the same queries."""
     ir_datasets_id: str | None = None
     """Dataset id when dataset_type is ir_datasets (needs network on first use)."""
     max_train_queries: Count | None = None
@@ -376,6 +379,11 @@ class Config:
         if self.embeddings.cache_dir:
             return Path(self.embeddings.cache_dir)
         return Path(self.training.output_dir).parent / "cache"
+
+    @property
+    def split_seed(self) -> int:
+        """The seed that carves dev from train: data.split_seed, or system.seed when that is None."""
+        return self.system.seed if self.data.split_seed is None else self.data.split_seed
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a checkpoint's tensors depend on; a checkpoint loads only into an equal fingerprint."""

@@ -20,8 +20,13 @@ Run = dict[str, dict[str, float]]
 
 
 def to_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, idx: np.ndarray) -> Run:
-    """Top-k arrays → ``{qid: {doc_id: score}}``."""
-    return {q: {doc_ids[d]: float(s) for d, s in zip(row_i, row_s)} for q, row_i, row_s in zip(qids, idx, scores)}
+    """Top-k arrays → ``{qid: {doc_id: score}}``, keeping only documents that share a term with the query.
+
+    A document scoring 0 was not retrieved: ``topk`` fills short lists with zero-score documents in arbitrary
+    order, and listing them would credit chance (the reward masks them the same way). A query none of whose words
+    is known gets an empty ranking; it still counts, at 0, in every mean (``evaluate_run``)."""
+    return {q: {doc_ids[d]: float(s) for d, s in zip(row_i.tolist(), row_s.tolist()) if s > 0}
+            for q, row_i, row_s in zip(qids, idx, scores)}
 
 
 def drop_excluded(run: Run, excluded: dict[str, str]) -> Run:
@@ -33,18 +38,33 @@ def drop_excluded(run: Run, excluded: dict[str, str]) -> Run:
     return {q: {d: s for d, s in docs.items() if d != excluded.get(q)} for q, docs in run.items()}
 
 
-def evaluate_run(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES) -> dict[str, float]:
-    """Mean of each measure over every query in ``qrels`` (a query missing from the run counts as 0)."""
-    run = {q: run.get(q, {}) for q in qrels}
-    # pytrec_eval drops queries with an empty ranking from the mean; a dummy doc keeps them in at score 0
-    run = {q: (docs if docs else {"__none__": 0.0}) for q, docs in run.items()}
-    agg = ir_measures.calc_aggregate(measures, qrels, run)
-    return {str(m): float(agg[m]) for m in measures}
+
+def per_query(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
+              qids: list[str] | None = None) -> dict[str, np.ndarray]:
+    """``{measure name: values}``, one value per query of ``qids`` (default: the queries of ``qrels``), in order.
+
+    A query with no ranking, an empty ranking, or no judged document (an empty qrels entry, e.g. a Nogueira & Cho
+    query whose relevant titles are all missing from the corpus) scores 0. ir-measures (pytrec_eval) would leave
+    such a query out altogether, which raises the mean."""
+    qids = list(qrels) if qids is None else list(qids)
+    pos = {q: i for i, q in enumerate(qids)}
+    if len(pos) != len(qids):
+        raise ValueError("per_query: qids holds a query id twice")
+    judged = {q: qrels[q] for q in qids if qrels.get(q)}
+    ranked = {q: run[q] for q in judged if run.get(q)}
+    out = {str(m): np.zeros(len(qids)) for m in measures}
+    if ranked:
+        for m in ir_measures.iter_calc(measures, judged, ranked):
+            out[str(m.measure)][pos[m.query_id]] = m.value
+    return out
 
 
-def per_query(qrels: dict[str, dict[str, int]], run: Run, measure) -> dict[str, float]:
-    """One measure per query (for significance tests and error analysis)."""
-    return {m.query_id: float(m.value) for m in ir_measures.iter_calc([measure], qrels, run)}
+def evaluate_run(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
+                 qids: list[str] | None = None) -> dict[str, float]:
+    """Mean of each measure over every query of ``qids`` (default: the queries of ``qrels``); see ``per_query``
+    for the queries that count as 0."""
+    values = per_query(qrels, run, measures, qids)
+    return {name: float(v.mean()) if v.size else 0.0 for name, v in values.items()}
 
 
 def write_trec_run(path: str | Path, run: Run, tag: str) -> None:
@@ -71,7 +91,9 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
     terms = retriever.encode(texts)
     fb_scores, fb_idx = feedback_documents(retriever, terms, fb_docs, feedback, query_vectors)
     rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
-    exp_terms, exp_weights = rm3_queries(terms, rm1, fb_terms, orig_weight)
+    # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does
+    order = [retriever.first_occurrences(i[w > 0]) for i, w in zip(fb_idx, fb_scores)]
+    exp_terms, exp_weights = rm3_queries(terms, rm1, fb_terms, orig_weight, order)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)
     return to_run(qids, retriever.doc_ids, scores, idx)
 

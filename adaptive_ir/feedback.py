@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,24 +73,37 @@ def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.nda
     return (rows.weights(weight) @ rows.tf).tocsr()
 
 
-def top_terms(row_matrix: sp.csr_matrix, q: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``n`` heaviest (term ids, weights) of row ``q``, heaviest first, ties broken by smaller term id."""
+def top_terms(row_matrix: sp.csr_matrix, q: int, n: int, order: Sequence[int] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` heaviest (term ids, weights) of row ``q``, heaviest first.
+
+    Ties are broken by position in ``order`` (distinct term ids; those absent from it come last), then by smaller
+    term id."""
     lo, hi = row_matrix.indptr[q], row_matrix.indptr[q + 1]
     cols, vals = row_matrix.indices[lo:hi], row_matrix.data[lo:hi]
-    order = np.lexsort((cols, -vals))[:n]
-    return cols[order], vals[order]
+    if order is None:
+        rank = cols
+    else:
+        pos = {int(t): i for i, t in enumerate(order)}
+        rank = np.array([pos.get(int(c), len(pos)) for c in cols], dtype=np.int64)
+    keep = np.lexsort((cols, rank, -vals))[:n]
+    return cols[keep], vals[keep]
 
 
-def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int = 10,
-                orig_weight: float = 0.5) -> tuple[list[list[int]], list[list[float]]]:
+def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int = 10, orig_weight: float = 0.5,
+                tie_order: list[Sequence[int]] | None = None) -> tuple[list[list[int]], list[list[float]]]:
     """RM3 expanded queries: orig_weight · (query term counts, L1-normalised) + (1 − orig_weight) · RM1
-    pruned to its ``fb_terms`` heaviest terms and L1-normalised. Returns (term ids, weights) per query."""
+    pruned to its ``fb_terms`` heaviest terms and L1-normalised. Returns (term ids, weights) per query.
+
+    ``tie_order[q]``: query q's feedback terms in order of first appearance in its feedback documents, which
+    breaks ties in the pruning as the reference implementation behind ``BASELINES.md`` does (a ``Counter`` filled
+    document by document). Ties are common when one or two documents match a short query (NFCorpus)."""
     out_terms, out_weights = [], []
     for q, terms in enumerate(query_terms):
         weights: dict[int, float] = {}
         for t in terms:
             weights[t] = weights.get(t, 0.0) + orig_weight / len(terms)
-        cols, vals = top_terms(rm1, q, fb_terms)
+        cols, vals = top_terms(rm1, q, fb_terms, None if tie_order is None else tie_order[q])
         z = float(vals.sum())
         if z > 0:
             for t, v in zip(cols.tolist(), vals.tolist()):

@@ -89,8 +89,7 @@ class Reformulator:
         run, added = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables)
         out = []
         for qid, text, terms in zip(qids, queries, added):
-            # documents with score 0 match no query term: not results, only padding of the ranked list
-            ranked = [(d, s) for d, s in sorted(run[qid].items(), key=lambda kv: -kv[1]) if s > 0][:top_docs]
+            ranked = sorted(run[qid].items(), key=lambda kv: -kv[1])[:top_docs]
             out.append({"query": text, "added_terms": terms, "rewritten": " ".join([text, *terms]),
                         "top_docs": ranked})
         return out

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,11 +37,14 @@ CHUNK_DOCS = 2048
 class Retriever:
     """Everything needed to turn query text into term ids and term ids into ranked documents."""
 
-    def __init__(self, doc_ids: list[str], analyzer: Analyzer, corpus: CorpusTerms, index: BM25Index):
+    def __init__(self, doc_ids: list[str], analyzer: Analyzer, corpus: CorpusTerms, index: BM25Index,
+                 doc_texts: Callable[[Iterable[int]], list[str]] | None = None):
         self.doc_ids = doc_ids
         self.analyzer = analyzer
         self.corpus = corpus
         self.index = index
+        self.doc_texts = doc_texts
+        """Texts of documents by corpus position (``Collection.doc_texts_at``), when the corpus is at hand."""
 
     @classmethod
     def build(cls, collection: "Collection", k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
@@ -52,7 +55,7 @@ class Retriever:
         corpus = CorpusTerms.build(chunks, analyzer, collection.num_docs, progress)
         index = BM25Index.build(corpus, k1=k1, b=b, idf=idf, progress=progress)
         index.meta.update(corpus_sha256=digest.hexdigest(), analyzer=fingerprint(analyzer.identity))
-        return cls(collection.doc_ids, analyzer, corpus, index.to(device))
+        return cls(collection.doc_ids, analyzer, corpus, index.to(device), collection.doc_texts_at)
 
     @classmethod
     def cached(cls, collection: "Collection", cache_dir: str | Path, k1: float = 1.5, b: float = 0.75,
@@ -67,7 +70,7 @@ class Retriever:
         folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer)
         if (folder / "params.json").is_file():
             try:
-                retriever = cls.load(folder, collection.doc_ids, device)
+                retriever = cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
                 log.info("index: memory-mapped from %s", folder)
                 return retriever
             except (DataError, OSError, ValueError, KeyError) as e:
@@ -77,7 +80,7 @@ class Retriever:
         log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
                  retriever.index.vocab_size, retriever.corpus.num_postings, folder)
         del retriever  # the saved copy replaces the built one: memory-mapped, as every later run uses it
-        return cls.load(folder, collection.doc_ids, device)
+        return cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
 
     def save(self, folder: str | Path) -> None:
         """Every array + ``vocab.json`` into a temporary folder (``params.json`` last), renamed to ``folder``."""
@@ -98,8 +101,9 @@ class Retriever:
 
     @classmethod
     def load(cls, folder: str | Path, doc_ids: list[str], device: str | torch.device = "cpu",
-             mmap: bool = True) -> "Retriever":
-        """A saved index (memory-mapped unless ``mmap`` is False) for a collection with these ``doc_ids``."""
+             mmap: bool = True, doc_texts: Callable[[Iterable[int]], list[str]] | None = None) -> "Retriever":
+        """A saved index (memory-mapped unless ``mmap`` is False) for a collection with these ``doc_ids``;
+        ``doc_texts`` as in the constructor."""
         folder = Path(folder)
         index = BM25Index.load(folder, mmap=mmap)
         corpus = CorpusTerms.load(folder, mmap=mmap)
@@ -111,7 +115,7 @@ class Retriever:
         if bad:
             raise DataError(f"{folder}: the index arrays do not match params.json ({', '.join(bad)}); "
                             "delete the folder to rebuild it")
-        return cls(doc_ids, Analyzer(), corpus, index.to(device))
+        return cls(doc_ids, Analyzer(), corpus, index.to(device), doc_texts)
 
     @property
     def vocab(self):
@@ -125,6 +129,15 @@ class Retriever:
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Query texts → term ids (with repeats, as BM25 counts them); unknown words dropped."""
         return [self.vocab.encode(self.analyzer.tokenize(t)) for t in texts]
+
+    def first_occurrences(self, doc_idx: Iterable[int]) -> list[int]:
+        """The distinct term ids of these documents (read in the given order), in order of first appearance."""
+        if self.doc_texts is None:
+            raise ValueError("this Retriever was built without access to the document texts")
+        seen: dict[int, None] = {}
+        for text in self.doc_texts(doc_idx):
+            seen.update(dict.fromkeys(self.encode([text])[0]))
+        return list(seen)
 
     def search(self, queries: list[list[int]], weights: list[list[float]] | None = None,
                k: int = 100) -> tuple[np.ndarray, np.ndarray]:

@@ -17,13 +17,11 @@ from .buffer import RolloutBuffer, compute_gae
 from .checkpoint import CHECKPOINT_FORMAT, build_agent, load_compatible, save_checkpoint
 from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
-from .evaluate import (MEASURES, METRIC_NAMES, bm25_run, drop_excluded, evaluate_run, format_table, rm3_run,
-                       write_trec_run)
+from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
 from .hostsync import allowed_sync
 from .io import atomic_write_bytes, atomic_write_json
 from .monitor import Monitor
-from .oracle import oracle_run
-from .policy import Agent
+from .methods import evaluate_split
 from .ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
 from .reformulate import agent_run, make_env
 from .rollout import collect
@@ -283,7 +281,7 @@ class Trainer:
         run = drop_excluded(run, self.ws.collection.excluded_docs("dev"))
         wanted = selection_metric(self.cfg)
         metrics = evaluate_run(qrels, run, MEASURES + [ir_measures.parse_measure(m) for m in wanted
-                                                       if m not in METRIC_NAMES])
+                                                       if m not in METRIC_NAMES], qids=self.dev_qs.qids)
         score = sum(w * metrics[m] for m, w in wanted.items())
         monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score})
         if score > self.best + 1e-9:
@@ -366,36 +364,4 @@ class Trainer:
         return results
 
 
-def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpContext | None, split: str,
-                   baselines: bool = True, run_dir: Path | None = None, oracle: bool = False
-                   ) -> dict[str, dict[str, float]]:
-    """{method: {metric: value}} for the agent (when given), the BM25 / RM3 baselines (and RM3 over the semantic
-    feedback documents when the candidates come from them) and the qrels oracle."""
-    ws.load_split(split)
-    qids, texts, qrels = ws.collection.split(split)
-    runs = {}
-    if baselines:
-        runs["bm25"] = bm25_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
-        runs["rm3"] = rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
-        if ws.feedback is not None:
-            runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k,
-                                           fb_docs=cfg.candidate_mining.top_k0, feedback=ws.feedback,
-                                           query_vectors=ws.feedback_vectors(texts))
-    if agent is not None:
-        qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
-        runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)
-    if oracle:
-        qs, _ = ws.query_set(split, qids, texts, qrels)
-        rc = cfg.retrieval
-        runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
-                                    rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
-                                    rc.expansion_weight, rc.top_k)
-    excluded = ws.collection.excluded_docs(split)
-    runs = {name: drop_excluded(run, excluded) for name, run in runs.items()}
-    if run_dir is not None:
-        for name, run in runs.items():
-            write_trec_run(Path(run_dir) / f"{split}.{name}.trec", run, name)
-    return {name: evaluate_run(qrels, run) for name, run in runs.items()}
-
-
-__all__ = ["Trainer", "evaluate_split"]
+__all__ = ["Trainer"]

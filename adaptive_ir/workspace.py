@@ -50,7 +50,7 @@ class Workspace:
         self.cfg, self.device, self.progress = cfg, device, progress
         cm, rc = cfg.candidate_mining, cfg.retrieval
         with self._phase("load collection"):
-            self.collection = collection or load_collection(cfg.data, cfg.system.seed, splits)
+            self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
         with self._phase("index"):
             self.retriever = Retriever.cached(self.collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf,
                                               device=device, progress=progress)
@@ -139,7 +139,7 @@ class Workspace:
         corpus already loaded is reused."""
         if split in self.collection.queries:
             return
-        extra = load_collection(self.cfg.data, self.cfg.system.seed, (split,), corpus=self.collection.corpus)
+        extra = load_collection(self.cfg.data, self.cfg.split_seed, (split,), corpus=self.collection.corpus)
         if split in extra.queries:
             self.collection.queries[split] = extra.queries[split]
             self.collection.qrels[split] = extra.qrels[split]

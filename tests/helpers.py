@@ -32,17 +32,17 @@ TINY_DOCS = [
 TINY_QUERIES = ["quick fox", "dog", "query expansion feedback", "recall recall documents", "cat fox dogs bm25"]
 
 
-def beir(name: str, seed: int = 42) -> Collection:
-    """A real collection from ``../shared/datasets`` or a skipped test."""
+def beir(name: str, seed: int = 42, dev_fraction: float = 0.2) -> Collection:
+    """A real collection from ``../shared/datasets`` or a skipped test (``dev_fraction=0``: no dev carved)."""
     path = SHARED / name
     if not (path / "corpus.jsonl").is_file():
         pytest.skip(f"{path} is not available")
-    return _beir(name, seed)
+    return _beir(name, seed, dev_fraction)
 
 
 @functools.lru_cache(maxsize=None)
-def _beir(name: str, seed: int) -> Collection:
-    return load_beir(SHARED / name, seed=seed)
+def _beir(name: str, seed: int, dev_fraction: float) -> Collection:
+    return load_beir(SHARED / name, dev_fraction=dev_fraction, seed=seed)
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,7 +12,8 @@ from adaptive_ir.env import search_reward
 from adaptive_ir.oracle import oracle_rewrite
 from adaptive_ir.reformulate import Reformulator, agent_run, make_env, rrf
 from adaptive_ir.rollout import greedy_actions, greedy_rewrite
-from adaptive_ir.trainer import Trainer, evaluate_split
+from adaptive_ir.methods import evaluate_split
+from adaptive_ir.trainer import Trainer
 from adaptive_ir.workspace import Workspace
 
 from helpers import default_collection, tiny_config

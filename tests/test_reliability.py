@@ -1,5 +1,6 @@
 """Reliability: interruption and exact resume through the CLI, crash-safe writes, damaged checkpoints and caches,
-non-finite losses, and the leakage guards (every document indexed; test qrels unread while training).
+non-finite losses, and the leakage guards (every document indexed; test qrels unread while training and by
+``compare --split dev``).
 
 Training runs here are tiny (32 train queries, 16 episodes per update) so the whole file stays well under a
 minute of CPU time; the engine-level resume tests via the Trainer API live beside the trainer's own tests.
@@ -370,25 +371,47 @@ def test_every_corpus_document_is_indexed(beir_default, tmp_path):
     assert ws.retriever.doc_ids[int(idx[0][0])] == "UNJUDGED" and scores[0][0] > 0
 
 
-def test_training_never_opens_test_qrels(beir_default, tmp_path, monkeypatch):
-    opened: list[str] = []
+@pytest.fixture
+def opened_qrels(monkeypatch) -> set[str]:
+    """Names of the qrels files opened while the test runs (filled as they are opened)."""
+    opened: set[str] = set()
     real_open = Path.open
 
     def recording_open(self, *args, **kwargs):
-        opened.append(str(self))
+        if self.parent.name == "qrels":
+            opened.add(self.name)
         return real_open(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "open", recording_open)
-    cfg = load_config("quickstart", tiny_overrides(tmp_path / "out", **{
+    return opened
+
+
+def beir_tiny_config(beir_default: Path, out: Path):
+    return load_config("quickstart", tiny_overrides(out, **{
         "data.dataset_type": "beir", "data.data_dir": str(beir_default), "training.num_epochs": "1"}))
-    trainer = Trainer(cfg, progress=False)
+
+
+def test_training_never_opens_test_qrels(beir_default, tmp_path, opened_qrels):
+    trainer = Trainer(beir_tiny_config(beir_default, tmp_path / "out"), progress=False)
     trainer.train()
-    qrels_opened = {Path(p).name for p in opened if Path(p).parent.name == "qrels"}
-    assert qrels_opened == {"train.tsv", "dev.tsv"}
+    assert opened_qrels == {"train.tsv", "dev.tsv"}
     assert "test" not in trainer.ws.collection.queries
     trainer.test()  # evaluation reads the test judgments, on demand
-    assert "test.tsv" in {Path(p).name for p in opened if Path(p).parent.name == "qrels"}
+    assert "test.tsv" in opened_qrels
     assert (tmp_path / "out" / "test_metrics.json").is_file()
+
+
+def test_compare_and_evaluate_on_dev_never_open_test_qrels(beir_default, tmp_path, opened_qrels):
+    from adaptive_ir.compare import compare
+
+    cfg = beir_tiny_config(beir_default, tmp_path / "out")
+    report, _ = compare(cfg, [1, 2], "dev", progress=False, n_permutations=100)
+    again, _ = compare(cfg, [1, 2], "dev", skip_train=True, progress=False, n_permutations=100)
+    assert report["split"] == "dev" and report["queries"] > 0 and again["methods"] == report["methods"]
+    assert main(["evaluate", "--config", "quickstart", "--set", "data.dataset_type=beir", "--data-dir",
+                 str(beir_default), "--output-dir", str(tmp_path / "out"), "--split", "dev", "--no-progress"]) == 0
+    assert opened_qrels == {"train.tsv", "dev.tsv"}
+    assert not list((tmp_path / "out").rglob("test.*.trec"))
 
 
 def test_splits_load_on_demand_and_match_a_full_load(beir_default):

@@ -1,0 +1,65 @@
+"""Every method's ranked lists on one split, scored and kept as TREC runs: what ``adaptive-ir evaluate``,
+``train --test`` and ``compare`` share.
+
+Methods: ``bm25``; ``rm3`` (BM25 + RM3 over BM25's top 10); ``rm3-semantic`` (RM3 over the agent's own semantic
+feedback documents, the fixed rule the learned term choice must beat, when ``candidate_mining.feedback`` is
+semantic); ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term
+choice with the qrels, the reachable upper bound). Metrics are means over every query of the split
+(``evaluate.per_query`` says which count as 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import Config
+from .evaluate import Run, bm25_run, drop_excluded, evaluate_run, rm3_run, write_trec_run
+from .oracle import oracle_run
+from .policy import Agent
+from .ppo import AmpContext
+from .reformulate import agent_run
+from .workspace import Workspace
+
+
+def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = None, amp: AmpContext | None = None,
+               baselines: bool = True, oracle: bool = False
+               ) -> tuple[list[str], dict[str, dict[str, int]], dict[str, Run]]:
+    """(the split's qids, its qrels, {method: run}) for the methods asked for; the split is loaded on demand (the
+    test split is read only here, never while training)."""
+    ws.load_split(split)
+    qids, texts, qrels = ws.collection.split(split)
+    top_k = cfg.retrieval.top_k
+    runs: dict[str, Run] = {}
+    if baselines:
+        runs["bm25"] = bm25_run(ws.retriever, qids, texts, top_k)
+        runs["rm3"] = rm3_run(ws.retriever, qids, texts, top_k)
+        if ws.feedback is not None:
+            runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=cfg.candidate_mining.top_k0,
+                                           feedback=ws.feedback, query_vectors=ws.feedback_vectors(texts))
+    if agent is not None:
+        qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
+        runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)
+    if oracle:
+        qs, _ = ws.query_set(split, qids, texts, qrels)
+        rc = cfg.retrieval
+        runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
+                                    rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
+                                    rc.expansion_weight, top_k)
+    excluded = ws.collection.excluded_docs(split)  # data.exclude_query_title: dropped from every method's list
+    return qids, qrels, {name: drop_excluded(run, excluded) for name, run in runs.items()}
+
+
+def write_runs(run_dir: str | Path, split: str, runs: dict[str, Run]) -> None:
+    """``<run_dir>/<split>.<method>.trec`` for every run."""
+    for name, run in runs.items():
+        write_trec_run(Path(run_dir) / f"{split}.{name}.trec", run, name)
+
+
+def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpContext | None, split: str,
+                   baselines: bool = True, run_dir: Path | None = None, oracle: bool = False
+                   ) -> dict[str, dict[str, float]]:
+    """{method: {metric: mean over every query of the split}}; TREC runs written to ``run_dir`` when given."""
+    qids, qrels, runs = split_runs(cfg, ws, split, agent, amp, baselines, oracle)
+    if run_dir is not None:
+        write_runs(run_dir, split, runs)
+    return {name: evaluate_run(qrels, run, qids=qids) for name, run in runs.items()}

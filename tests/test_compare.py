@@ -1,0 +1,173 @@
+"""``adaptive-ir compare``: one run per seed on the embedded default collection, the TREC run files it keeps, the
+table's means, spreads and p-values recomputed from those files, reuse and resume of seed runs, and the report's
+labels (small split, best fixed rule)."""
+
+from __future__ import annotations
+
+import json
+
+import ir_measures
+import numpy as np
+import pytest
+
+from adaptive_ir import compare as cmp
+from adaptive_ir import stats
+from adaptive_ir.cli import main
+from adaptive_ir.data import make_default
+from adaptive_ir.errors import ConfigError
+from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run, per_query
+from adaptive_ir.retrieval import Retriever
+
+from helpers import tiny_config
+
+SEEDS = [1, 2]
+PERMUTATIONS = 2000
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    cfg = tiny_config(root)
+    report, text = cmp.compare(cfg, SEEDS, "test", progress=False, n_permutations=PERMUTATIONS)
+    return cfg, root, report, text
+
+
+def read_run(path) -> dict[str, dict[str, float]]:
+    run: dict[str, dict[str, float]] = {}
+    for r in ir_measures.read_trec_run(str(path)):
+        run.setdefault(r.query_id, {})[r.doc_id] = r.score
+    return run
+
+
+def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_them(compared):
+    cfg, root, report, text = compared
+    coll = make_default()  # what the quickstart config loads
+    qids, texts, qrels = coll.split("test")
+    assert report["queries"] == len(qids) == 80 and not report["small_split"] and report["seeds"] == SEEDS
+    assert list(report["methods"]) == ["bm25", "rm3", "agent", "oracle"]  # no semantic feedback here
+    files = {m: s["run_files"] for m, s in report["methods"].items()}
+    assert files["agent"] == [str(root / f"seed-{s}" / "runs" / "test.agent.trec") for s in SEEDS]
+    assert files["bm25"] == [str(root / "runs" / "test.bm25.trec")]
+    values = {m: [per_query(qrels, read_run(f), qids=qids) for f in paths] for m, paths in files.items()}
+    for m, s in report["methods"].items():
+        for k in METRIC_NAMES:
+            per_seed = [v[k].mean() for v in values[m]]
+            assert s["mean"][k] == pytest.approx(np.mean(per_seed), abs=1e-6), (m, k)
+            if m == "agent":
+                assert s["std"][k] == pytest.approx(np.std(per_seed, ddof=1), abs=1e-6)
+                assert [s["per_seed"][str(x)][k] for x in SEEDS] == pytest.approx(per_seed, abs=1e-6)
+            else:
+                assert s["deterministic"] and s["std"][k] == 0.0
+    assert read_run(files["agent"][0]) != read_run(files["agent"][1])  # two seeds, two policies
+    # BM25 as evaluate computes it on its own
+    bm25 = evaluate_run(qrels, bm25_run(Retriever.build(coll), qids, texts, cfg.retrieval.top_k), qids=qids)
+    assert report["methods"]["bm25"]["mean"] == pytest.approx(bm25, abs=1e-9)
+    # paired tests: the agent's per-query mean over seeds against BM25 and the best fixed rule (rm3 here)
+    assert report["best_fixed_rule"] == "rm3" and list(report["tests"]) == ["bm25", "rm3"]
+    for other, rows in report["tests"].items():
+        for row in rows:
+            k = row["metric"]
+            agent = np.mean([v[k] for v in values["agent"]], axis=0)
+            base = values[other][0][k]
+            assert row["p_randomization"] == pytest.approx(stats.randomization_p(agent, base, PERMUTATIONS),
+                                                           abs=1e-12)
+            assert row["p_t"] == pytest.approx(stats.t_test_p(agent, base), rel=1e-6)
+            assert (row["wins"], row["ties"], row["losses"]) == stats.wins_ties_losses(agent, base)
+    assert json.loads((root / "compare-test.json").read_text()) == json.loads(json.dumps(report))
+    assert (root / "compare-test.md").read_text() == text + "\n"
+    assert "| agent | " in text and " ± " in text and "| bm25 | R@40 |" in text
+
+
+def test_seeds_share_the_caches_and_keep_their_own_folders(compared):
+    cfg, root, report, _ = compared
+    assert (root / "cache").is_dir()
+    for s in SEEDS:
+        folder = root / f"seed-{s}"
+        assert (folder / "checkpoints" / "best.pt").is_file() and (folder / "logs" / "metrics.jsonl").is_file()
+        assert not (folder / "cache").exists()
+        done = json.loads((folder / cmp.DONE_FILE).read_text())
+        assert done["config"]["system"]["seed"] == s
+        assert done["config"]["data"]["split_seed"] == cfg.system.seed  # one dev carving for every seed
+
+
+def test_a_second_run_reuses_finished_seeds_and_resumes_unfinished_ones(compared, monkeypatch):
+    cfg, root, report, _ = compared
+    resumed = []
+
+    class RecordingTrainer(cmp.Trainer):
+        def __init__(self, c, resume=None, progress=True):
+            resumed.append((c.system.seed, resume))
+            super().__init__(c, resume=resume, progress=progress)
+
+    monkeypatch.setattr(cmp, "Trainer", RecordingTrainer)
+    (root / "seed-2" / cmp.DONE_FILE).unlink()  # as if seed 2 had been interrupted after its last checkpoint
+    again, _ = cmp.compare(cfg, SEEDS, "test", progress=False, n_permutations=PERMUTATIONS)
+    assert resumed == [(2, root / "seed-2" / "checkpoints" / "last.pt")]  # seed 1 is finished: not trained
+    assert again["methods"] == report["methods"] and again["tests"] == report["tests"]
+    skipped, _ = cmp.compare(cfg, SEEDS, "test", skip_train=True, progress=False, n_permutations=PERMUTATIONS)
+    assert skipped["methods"] == report["methods"] and len(resumed) == 1
+    changed = tiny_config(root, **{"training.learning_rate": "0.5"})
+    with pytest.raises(ConfigError, match="training.learning_rate: 0.001 there, 0.5 now"):
+        cmp.compare(changed, SEEDS, "test", progress=False)
+
+
+def test_report_labels_small_splits_and_picks_the_better_fixed_rule():
+    rng = np.random.default_rng(0)
+    n = 12
+
+    def method(r40: float) -> dict[str, np.ndarray]:
+        return {k: np.clip(r40 + 0.1 * rng.standard_normal(n), 0, 1) for k in METRIC_NAMES}
+
+    values = {"bm25": [method(0.3)], "rm3": [method(0.35)], "rm3-semantic": [method(0.45)],
+              "agent": [method(0.5)]}
+    ev = cmp.Evaluated("tiny", "test", [f"q{i}" for i in range(n)], [7], values, {})
+    report = cmp.build_report(ev, n_permutations=500)
+    assert report["best_fixed_rule"] == "rm3-semantic" and list(report["tests"]) == ["bm25", "rm3-semantic"]
+    assert report["small_split"] and report["methods"]["agent"]["std"]["R@40"] is None  # one seed: no spread
+    text = cmp.format_report(report)
+    assert "**small split** (n = 12 < 50" in text
+    assert "| agent | " + f"{values['agent'][0]['R@10'].mean():.4f} ± – |" in text
+    r40 = next(t for t in report["tests"]["rm3-semantic"] if t["metric"] == "R@40")
+    assert r40["delta"] == pytest.approx(values["agent"][0]["R@40"].mean() - values["rm3-semantic"][0]["R@40"].mean())
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--seeds", "1,x"], "comma-separated integers"),
+    (["--seeds", "2,2"], "distinct"),
+    (["--permutations", "0"], "--permutations 0"),
+])
+def test_bad_compare_flags(capsys, flags, fragment):
+    assert main(["compare", *flags, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err
+
+
+def test_skip_train_needs_every_seed_checkpoint(tmp_path, capsys):
+    rc = main(["compare", "--output-dir", str(tmp_path), "--seeds", "3,4", "--skip-train", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "seed-3" in err and "seed-4" in err and "without --skip-train" in err
+
+
+def test_the_dev_carving_follows_split_seed_not_the_training_seed(tmp_path):
+    import torch
+
+    from adaptive_ir.config import load_config
+    from adaptive_ir.workspace import Workspace
+
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"word{i} common"}) + "\n"
+                                                   for i in range(20)))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"word{i}"}) + "\n"
+                                                    for i in range(20)))
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                  + "".join(f"q{i}\td{i}\t1\n" for i in range(20)))
+
+    def dev(**over):
+        cfg = load_config("quickstart", {"data.dataset_type": "beir", "data.data_dir": str(tmp_path),
+                                         "training.output_dir": str(tmp_path / "out"), **over})
+        return set(Workspace(cfg, torch.device("cpu"), progress=False).collection.queries["dev"])
+
+    assert load_config("quickstart", {"system.seed": "7"}).split_seed == 7  # unset: the training seed
+    pinned = dev(**{"system.seed": "1", "data.split_seed": "42"})
+    assert pinned == dev(**{"system.seed": "2", "data.split_seed": "42"}) == dev(**{"system.seed": "42"})
+    assert any(dev(**{"system.seed": str(s)}) != pinned for s in (1, 2, 3))

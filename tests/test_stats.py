@@ -1,0 +1,75 @@
+"""Paired significance tests: the randomization p-value against full enumeration of the sign flips, the t-test
+against its formula, wins/ties/losses and the spread over seeds by hand."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from adaptive_ir import stats
+
+
+def enumerated_p(d: np.ndarray) -> float:
+    """Share of all 2ⁿ sign assignments whose |mean| reaches the observed |mean(d)|."""
+    signs = np.array(list(itertools.product([1.0, -1.0], repeat=len(d))))
+    means = np.abs((signs * d).mean(1))
+    return float(np.mean(means >= abs(d.mean()) - 1e-12))
+
+
+def test_randomization_p_on_a_tiny_example_by_hand():
+    # differences 0.4, -0.1, 0.4, 0: |mean| = 0.175 is reached only when both 0.4s share a sign
+    # (±(0.4 + 0.4 ± 0.1) ≥ 0.7): 4 of the 8 sign patterns of the non-zero differences, so p = 1/2
+    a, b = [0.5, 0.2, 0.9, 0.4], [0.1, 0.3, 0.5, 0.4]
+    assert stats.randomization_p(a, b) == pytest.approx(0.5, abs=1e-12)
+    # all three non-zero differences positive and distinct: only the observed pattern and its mirror image
+    # reach the observed mean, 2 of 8
+    assert stats.randomization_p([1.0, 2.0, 3.0], [0.5, 1.0, 1.5]) == pytest.approx(2 / 8, abs=1e-12)
+
+
+def test_randomization_p_is_exact_when_the_sign_flips_fit_the_budget():
+    rng = np.random.default_rng(3)
+    a, b = rng.random(10), rng.random(10)
+    assert stats.randomization_p(a, b) == pytest.approx(enumerated_p(a - b), abs=1e-12)
+    assert stats.randomization_p(a, a) == 1.0
+
+
+def test_sampled_randomization_p_is_close_to_exact_and_reproducible():
+    rng = np.random.default_rng(5)
+    a = rng.random(16)
+    b = a - 0.05 + 0.5 * rng.random(16) - 0.25  # a small shift buried in noise
+    exact = enumerated_p(a - b)  # 65,536 sign patterns > the 10,000 sampled
+    p = stats.randomization_p(a, b)
+    assert 0.01 < exact < 0.99
+    assert p == pytest.approx(exact, abs=0.02)  # 4 standard errors of a 10,000-sample estimate
+    assert stats.randomization_p(a, b) == p  # fixed seed
+    assert stats.randomization_p(a, b, seed=1) != p
+
+
+def test_t_test_p_equals_its_formula():
+    a = np.array([0.61, 0.42, 0.93, 0.35, 0.70, 0.58])
+    b = np.array([0.50, 0.45, 0.80, 0.30, 0.52, 0.61])
+    d = a - b
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    assert stats.t_test_p(a, b) == pytest.approx(2 * sps.t.sf(abs(t), len(d) - 1), rel=1e-12)
+    assert stats.t_test_p(a, a) == 1.0  # 0/0 in scipy: no difference at all
+
+
+def test_wins_ties_losses_and_paired_summary():
+    a, b = [0.5, 0.2, 0.9, 0.4, 0.3], [0.1, 0.3, 0.5, 0.4, 0.3 + 1e-12]
+    assert stats.wins_ties_losses(a, b) == (2, 2, 1)
+    row = stats.paired("R@40", a, b)
+    assert (row.n, row.wins, row.ties, row.losses) == (5, 2, 2, 1)
+    assert row.delta == pytest.approx(np.mean(a) - np.mean(b))
+    assert row.to_dict()["metric"] == "R@40"
+    with pytest.raises(ValueError, match="equal-length"):
+        stats.paired("R@40", [0.1, 0.2], [0.1])
+
+
+def test_mean_std_over_seeds():
+    mean, std = stats.mean_std([0.2, 0.4, 0.6])
+    assert mean == pytest.approx(0.4) and std == pytest.approx(0.2)  # sample std (ddof 1)
+    assert stats.mean_std([0.3]) == (0.3, None)
