@@ -35,7 +35,9 @@ from .io import atomic_write_bytes, atomic_write_json
 from .methods import split_runs, write_runs
 from .ppo import AmpContext
 from .stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
-from .trainer import Trainer, build_agent, load_checkpoint, load_compatible
+from .checkpoint import build_agent, load_checkpoint, load_compatible
+from .rundir import start_run
+from .trainer import Trainer
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -101,14 +103,22 @@ def train_seed(cfg: Config, progress: bool) -> Trainer | None:
         _same_settings(cfg, json.loads(done.read_text(encoding="utf-8"))["config"], done)
         log.info("seed %d: finished run in %s, evaluating it", cfg.system.seed, out)
         return None
-    resume = None
     if last.is_file():
         _same_settings(cfg, load_checkpoint(last)["config"], last)
-        resume = last
-    trainer = Trainer(cfg, resume=resume, progress=progress)
-    result = trainer.train()
+    # the seed's folder is a run folder like any other: locked while it trains, run.json says what produced it
+    run = start_run(cfg, resume=last.is_file())
+    try:
+        trainer = Trainer(run.cfg, resume=run.resume_from, progress=progress, run=run.identity)
+        result = trainer.train()
+    except BaseException as e:
+        interrupted = isinstance(e, KeyboardInterrupt)
+        run.finish("interrupted" if interrupted else "failed", 130 if interrupted else 1,
+                   None if interrupted else f"{type(e).__name__}: {e}")
+        raise
     if result["interrupted"]:
+        run.finish("interrupted", 130 if trainer.stop_signal == 2 else 0)
         raise CompareInterrupted(cfg.system.seed, trainer.stop_signal)
+    run.finish("completed", 0)
     atomic_write_json(done, {"config": config_to_dict(cfg), "result": result})
     return trainer
 

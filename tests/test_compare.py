@@ -88,6 +88,8 @@ def test_seeds_share_the_caches_and_keep_their_own_folders(compared):
         done = json.loads((folder / cmp.DONE_FILE).read_text())
         assert done["config"]["system"]["seed"] == s
         assert done["config"]["data"]["split_seed"] == cfg.system.seed  # one dev carving for every seed
+        run = json.loads((folder / "run.json").read_text())  # each seed's folder is a run folder of its own
+        assert run["status"] == "completed" and run["seed"] == s
 
 
 def test_a_second_run_reuses_finished_seeds_and_resumes_unfinished_ones(compared, monkeypatch):
@@ -95,9 +97,9 @@ def test_a_second_run_reuses_finished_seeds_and_resumes_unfinished_ones(compared
     resumed = []
 
     class RecordingTrainer(cmp.Trainer):
-        def __init__(self, c, resume=None, progress=True):
+        def __init__(self, c, resume=None, progress=True, run=None):
             resumed.append((c.system.seed, resume))
-            super().__init__(c, resume=resume, progress=progress)
+            super().__init__(c, resume=resume, progress=progress, run=run)
 
     monkeypatch.setattr(cmp, "Trainer", RecordingTrainer)
     (root / "seed-2" / cmp.DONE_FILE).unlink()  # as if seed 2 had been interrupted after its last checkpoint

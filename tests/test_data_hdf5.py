@@ -15,6 +15,7 @@ import torch
 
 from adaptive_ir.config import load_config
 from adaptive_ir.data import HDF5Corpus, load_collection, load_hdf5
+from adaptive_ir.env import ReformulationEnv
 from adaptive_ir.errors import DataError
 from adaptive_ir.evaluate import bm25_run, drop_excluded, evaluate_run
 from adaptive_ir.retrieval import Retriever
@@ -175,10 +176,12 @@ def test_a_repeated_title_excludes_its_last_row(tmp_path):
 
 
 def test_evaluation_drops_the_excluded_document_from_every_run(tmp_path):
-    from adaptive_ir.trainer import evaluate_split
+    from adaptive_ir.methods import evaluate_split
     from adaptive_ir.workspace import Workspace
 
-    make_msa(tmp_path / "msa")
+    # the Lucene row mentions word vectors too, so the test query still retrieves something once its own title
+    # row (3, "Word vectors") is left out
+    make_msa(tmp_path / "msa", corpus={**CORPUS, "text": [*CORPUS["text"][:4], "search engine over word vectors"]})
     config = load_config("quickstart", {"data.dataset_type": "msa", "data.data_dir": str(tmp_path / "msa"),
                                         "training.output_dir": str(tmp_path / "out"), "system.device": "cpu",
                                         "candidate_mining.top_k0": "3", "candidate_mining.min_candidates": "1"})
@@ -192,6 +195,12 @@ def test_evaluation_drops_the_excluded_document_from_every_run(tmp_path):
     for method in ("bm25", "rm3", "oracle"):
         docs = [line.split()[2] for line in (tmp_path / "runs" / f"test.{method}.trec").read_text().splitlines()]
         assert docs and "3" not in docs, method
+    # the RL reward never counts it either: judged relevant on purpose, it stays unretrieved
+    qs, _ = ws.query_set("test", ["test-0"], ["Word Vectors."], {"test-0": {"3": 1, "4": 1}})
+    assert qs.exclude_docs.tolist() == [3]
+    env = ReformulationEnv(qs, ws.retriever.index, max_steps=1, reward_k=40)
+    env.reset(torch.arange(1))
+    assert env.metric.tolist() == [0.5]  # row 4 found, row 3 (the query's own title) never
 
 
 def test_row_ids_resolve_only_canonical_row_numbers(tmp_path):

@@ -8,7 +8,7 @@ import ir_measures
 import numpy as np
 import pytest
 
-from adaptive_ir.data import Collection
+from adaptive_ir.data import Collection, MemoryCorpus
 from adaptive_ir.evaluate import (MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, per_query,
                                   rm3_run, to_run, write_trec_run)
 from adaptive_ir.feedback import relevance_model, rm3_queries
@@ -78,7 +78,7 @@ def test_runs_list_only_documents_sharing_a_term_with_the_query():
     idx = np.array([[3, 0, 1, 2], [0, 1, 2, 3]])
     assert to_run(["a", "b"], ["d0", "d1", "d2", "d3"], scores, idx) == {"a": {"d3": 2.5, "d0": 1.0}, "b": {}}
     # "fox" is in 2 of 8 documents, "zebra" in none: top-5 pads with zero-score documents, which are not results
-    coll = Collection("tiny", [f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS, {}, {})
+    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
     r = Retriever.build(coll)
     texts = ["fox", "zebra", "quick fox"]
     bm25 = bm25_run(r, ["fox", "zebra", "quick"], texts, k=5)
@@ -91,7 +91,7 @@ def test_runs_list_only_documents_sharing_a_term_with_the_query():
 def test_rm3_breaks_ties_by_first_appearance_in_the_feedback_documents():
     # one feedback document: every word has tf 1, so all RM1 weights tie; the reference keeps the first ones
     docs = ["zeta alpha beta gamma delta", "alpha omega"]
-    coll = Collection("ties", ["d0", "d1"], ["", ""], docs, {}, {})
+    coll = Collection("ties", MemoryCorpus(["d0", "d1"], ["", ""], docs), {}, {})
     r = Retriever.build(coll)
     terms = r.encode(["zeta"])
     rm1 = relevance_model(r.corpus, np.array([[0]]), np.array([[1.0]]))
