@@ -33,6 +33,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a tiny budget: checks the script runs, not its speed")
     p.add_argument("--json", default=None, help="write the figures to this JSON file")
     p.add_argument("--plot", default=None, help="PNG path (default: benchmarks/results/<script>.png)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config key (repeatable), e.g. candidate_mining.feedback=bm25")
     return p
 
 
@@ -57,6 +59,7 @@ def workspace(args, device: torch.device, collection=None, **overrides) -> Works
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     sets = {"training.output_dir": out, "embeddings.cache_dir": f"{out}/cache",
             "candidate_mining.cache_enabled": "false", "embeddings.type": "lsa",
+            **dict(item.split("=", 1) for item in getattr(args, "set", [])),
             **{k: str(v) for k, v in overrides.items()}}
     cfg = load_config(args.config, sets)
     return Workspace(cfg, device, collection=collection or load_collection(args.data_dir), progress=False)
