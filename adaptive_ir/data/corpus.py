@@ -134,7 +134,23 @@ class MemoryCorpus(Corpus):
 # --------------------------------------------------------------------------------------------------------------
 
 
-class DocIds(Sequence[str]):
+class _IdLookup(Sequence[str]):
+    """`index` and `in` through the subclass's vectorised `positions` (Sequence's defaults would scan)."""
+
+    def positions(self, ids: Iterable[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def index(self, doc_id: str, *args) -> int:
+        pos = int(self.positions([doc_id])[0])
+        if pos < 0:
+            raise ValueError(f"{doc_id!r} is not a document id of this corpus")
+        return pos
+
+    def __contains__(self, doc_id) -> bool:
+        return isinstance(doc_id, str) and self.positions([doc_id])[0] >= 0
+
+
+class DocIds(_IdLookup):
     """Document ids as one UTF-8 byte buffer and int64 end offsets (about 12 bytes per document plus the ids'
     own bytes, where a list and dict of str would take ~150). `positions` finds ids through their 64-bit
     hashes, sorted once, checking the id text on every hash match (so collisions cannot give a wrong answer).
@@ -187,15 +203,6 @@ class DocIds(Sequence[str]):
                 j += 1
         return out
 
-    def index(self, doc_id: str, *args) -> int:
-        pos = int(self.positions([doc_id])[0])
-        if pos < 0:
-            raise ValueError(f"{doc_id!r} is not a document id of this corpus")
-        return pos
-
-    def __contains__(self, doc_id) -> bool:
-        return isinstance(doc_id, str) and self.positions([doc_id])[0] >= 0
-
     def first_repeat(self) -> tuple[int, int] | None:
         """(position of the first occurrence, position of the repeat) of the earliest repeated id, or None."""
         same = np.flatnonzero(self._sorted_hashes[1:] == self._sorted_hashes[:-1])
@@ -236,7 +243,7 @@ class DocIdsBuilder:
         return DocIds(self._buf, ends, hashes)
 
 
-class RowIds(Sequence[str]):
+class RowIds(_IdLookup):
     """The ids of a corpus whose documents are known by their row: '0', '1', ..., str(n - 1). Stores only n."""
 
     def __init__(self, n: int):
@@ -259,15 +266,6 @@ class RowIds(Sequence[str]):
         """Positions (int64) of `ids`; -1 for anything that is not the decimal form of a row here."""
         return np.array([int(d) if d.isdecimal() and d.isascii() and str(int(d)) == d and int(d) < self._n else -1
                          for d in ids], dtype=np.int64)
-
-    def index(self, doc_id: str, *args) -> int:
-        pos = int(self.positions([doc_id])[0])
-        if pos < 0:
-            raise ValueError(f"{doc_id!r} is not a document id of this corpus")
-        return pos
-
-    def __contains__(self, doc_id) -> bool:
-        return isinstance(doc_id, str) and self.positions([doc_id])[0] >= 0
 
     def __repr__(self) -> str:
         return f"RowIds({self._n})"
