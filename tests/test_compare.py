@@ -43,7 +43,7 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     cfg, root, report, text = compared
     coll = make_default()  # what the quickstart config loads
     qids, texts, qrels = coll.split("test")
-    assert report["queries"] == len(qids) == 80 and not report["small_split"] and report["seeds"] == SEEDS
+    assert report["queries"] == len(qids) == 80 and report["small_split"] and report["seeds"] == SEEDS
     assert list(report["methods"]) == ["bm25", "rm3", "agent", "oracle"]  # no semantic feedback here
     files = {m: s["run_files"] for m, s in report["methods"].items()}
     assert files["agent"] == [str(root / f"seed-{s}" / "runs" / "test.agent.trec") for s in SEEDS]
@@ -127,7 +127,7 @@ def test_report_labels_small_splits_and_picks_the_better_fixed_rule():
     assert report["best_fixed_rule"] == "rm3-semantic" and list(report["tests"]) == ["bm25", "rm3-semantic"]
     assert report["small_split"] and report["methods"]["agent"]["std"]["R@40"] is None  # one seed: no spread
     text = cmp.format_report(report)
-    assert "**small split** (n = 12 < 50" in text
+    assert "**small split** (n = 12 < 100" in text
     assert "| agent | " + f"{values['agent'][0]['R@10'].mean():.4f} ± – |" in text
     r40 = next(t for t in report["tests"]["rm3-semantic"] if t["metric"] == "R@40")
     assert r40["delta"] == pytest.approx(values["agent"][0]["R@40"].mean() - values["rm3-semantic"][0]["R@40"].mean())
@@ -173,3 +173,11 @@ def test_the_dev_carving_follows_split_seed_not_the_training_seed(tmp_path):
     pinned = dev(**{"system.seed": "1", "data.split_seed": "42"})
     assert pinned == dev(**{"system.seed": "2", "data.split_seed": "42"}) == dev(**{"system.seed": "42"})
     assert any(dev(**{"system.seed": str(s)}) != pinned for s in (1, 2, 3))
+
+
+@pytest.mark.parametrize("n, small", [(99, True), (100, False)])
+def test_small_split_threshold(n, small):
+    values = {m: [{k: np.full(n, 0.5) for k in METRIC_NAMES}] for m in ("bm25", "rm3", "agent")}
+    report = cmp.build_report(cmp.Evaluated("t", "test", [f"q{i}" for i in range(n)], [7], values, {}),
+                              n_permutations=10)
+    assert report["small_split"] is small and ("**small split**" in cmp.format_report(report)) is small
