@@ -32,7 +32,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a tiny budget: checks the script runs, not its speed")
     p.add_argument("--json", default=None, help="write the figures to this JSON file")
-    p.add_argument("--plot", default=None, help="PNG path (default: benchmarks/results/<script>.png)")
+    p.add_argument("--plot", default=None, help="PNG path (default: the --json path with .png, "
+                   "else benchmarks/results/<script>.png)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key (repeatable), e.g. candidate_mining.feedback=bm25")
     return p
@@ -196,7 +197,8 @@ def figure():
 
 
 def save_plot(fig, args, name: str) -> str:
-    path = Path(args.plot) if args.plot else RESULTS / f"{name}.png"
+    # beside the JSON by default, so a run written elsewhere (--quick, a 5M point) never replaces a tracked plot
+    path = Path(args.plot) if args.plot else Path(args.json).with_suffix(".png") if args.json else RESULTS / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
