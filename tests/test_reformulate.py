@@ -117,3 +117,27 @@ def test_oracle_never_lowers_the_reward_and_bounds_the_agent(trained):
     results = evaluate_split(cfg, ws, trainer.agent, trainer.amp, "test", baselines=True, oracle=True)
     assert results["oracle"]["R@40"] >= results["agent"]["R@40"] - 0.02
     assert results["oracle"]["R@40"] > results["bm25"]["R@40"]
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "score"])
+def test_expansion_weighting_gives_each_added_term_its_weight(tmp_path, weighting):
+    cfg = tiny_config(tmp_path, **{"retrieval.expansion_weighting": weighting, "retrieval.expansion_weight": 0.3})
+    ws = Workspace(cfg, torch.device("cpu"), collection=default_collection(), progress=False)
+    qids, texts, qrels = ws.collection.split("test")
+    qs, _ = ws.query_set("test", qids, texts, qrels)
+    mean_score = qs.cand_feats[:, 0, ws.miner.feature_names.index("mean_score")]
+    expected = 0.3 * (mean_score if weighting == "score" else torch.ones_like(mean_score))
+    assert weighting == "uniform" or mean_score[qs.cand_valid[:, 0]].min() < 1  # "score" really differs
+    env = make_env(cfg, ws, qs)
+    qidx = torch.arange(len(qs))
+    env.reset(qidx)
+    first = torch.where(qs.cand_valid[:, 0], 0, env.M)  # the first candidate, or STOP where there is none
+    reward, _ = env.step(first)
+    l0 = qs.terms.shape[1]
+    added = qs.cand_valid[:, 0]
+    assert added.any() and torch.allclose(env.weights[added, l0], expected[added])
+    # the incremental reward is the whole rewritten query's metric minus the original query's
+    index, mix = ws.retriever.index, {"recall": 1.0}
+    start = search_reward(index, qs.terms, (qs.terms != index.pad_id).float(), qs.rel_docs, qs.n_rel, mix, 40)
+    final = search_reward(index, env.terms, env.weights, qs.rel_docs, qs.n_rel, mix, 40)
+    assert torch.allclose(reward, final - start, atol=1e-6)
