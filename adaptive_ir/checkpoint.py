@@ -57,6 +57,30 @@ def load_compatible(path: str | Path, cfg: Config) -> dict:
     return s
 
 
+def init_policy_path(cfg: Config) -> Path:
+    """training.init_from with ``{seed}`` replaced by system.seed."""
+    return Path(cfg.training.init_from.replace("{seed}", str(cfg.system.seed)))
+
+
+def load_policy_from(cfg: Config) -> dict:
+    """The policy weights of ``training.init_from``, checked to fit ``cfg``'s policy (the collection may differ:
+    the embeddings, the candidate features and the network sizes may not)."""
+    path = init_policy_path(cfg)
+    if not path.is_file():
+        raise CheckpointError(f"training.init_from: {path} not found; train the source run first (e.g. adaptive-ir "
+                              f"compare --config <source> --seeds {cfg.system.seed}), or point init_from at a "
+                              "checkpoint")
+    s = load_checkpoint(path)
+    ours = cfg.fingerprint() | {"candidate_mining.methods": list(cfg.candidate_mining.methods)}
+    theirs = s["fingerprint"] | {"candidate_mining.methods": list(s["config"]["candidate_mining"]["methods"])}
+    diff = {k: (v, ours.get(k)) for k, v in theirs.items() if not k.startswith("data.") and ours.get(k) != v}
+    if diff:
+        raise CheckpointError(f"training.init_from: {path} holds a policy of another shape: "
+                              + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
+                              + "; set them as the source run had them, or start from a fresh policy")
+    return s
+
+
 def load_checkpoint(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():

@@ -260,8 +260,14 @@ class RetrievalConfig:
 
 @dataclass
 class TrainingConfig:
-    num_epochs: Count = 20
-    """Epochs; an epoch is the episodes that cover the train queries once."""
+    num_epochs: NonNegInt = 20
+    """Epochs; an epoch is the episodes that cover the train queries once. 0 (with init_from): no training, the
+    starting policy is the run's policy."""
+    init_from: str | None = None
+    """A policy trained elsewhere to start from (weights only; optimizer, schedule and counters start fresh):
+    a checkpoint path, where ``{seed}`` stands for system.seed, so that each seed of ``compare`` starts from the
+    same seed of the source run. It may come from another collection: its embeddings, candidate_mining.methods
+    and rl_agent sizes must equal this config's. None: start from a fresh policy."""
     batch_size: Count = 64
     """PPO minibatch size (transitions per gradient step)."""
     collect_batch_size: Count = 32
@@ -763,6 +769,9 @@ def _validate(cfg: Config, origins: _Origins) -> None:
                  "mrr@k, ndcg@k, map or precision@k (or drop the evaluation section: it is not used)")
 
     training = cfg.training
+    if training.num_epochs == 0 and not training.init_from:
+        fail("training.num_epochs", "0 trains nothing; it only makes sense with training.init_from (use a policy "
+             "trained elsewhere as it is)")
     if training.reward_weights is not None and not any(training.reward_weights.values()):
         fail("training.reward_weights", "needs at least one positive weight (recall, mrr)")
     needed = training.episodes_per_update * agent.max_steps_per_episode

@@ -14,7 +14,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .buffer import RolloutBuffer, compute_gae
-from .checkpoint import CHECKPOINT_FORMAT, build_agent, load_compatible, save_checkpoint
+from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
+                         load_policy_from, save_checkpoint)
 from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
 from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
@@ -126,6 +127,10 @@ class Trainer:
         if self.is_main and self.world > 1:
             torch.distributed.barrier()
         self.agent = build_agent(cfg, self.ws, self.device)
+        if tc.init_from and not resume:  # before DDP wraps the core: every rank starts from the same weights
+            source = load_policy_from(cfg)
+            self.agent.core.load_state_dict(source["model"])
+            log.info("policy starts from %s", describe_origin(init_policy_path(cfg), source))
         self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
         self._parallelize()
         self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
@@ -137,10 +142,10 @@ class Trainer:
         if len(self.shard) == 0:
             raise AdaptiveIRError(f"{n_train} train queries cannot be shared by {self.world} processes; "
                                   "use fewer processes (--nproc_per_node)")
-        self.total_updates = max(1, math.ceil(tc.num_epochs * n_train
-                                              / (self.world * self.rounds * self.episodes_per_round)))
+        self.total_updates = tc.num_epochs and max(1, math.ceil(tc.num_epochs * n_train
+                                                                / (self.world * self.rounds * self.episodes_per_round)))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, (lambda u: max(0.0, 1.0 - u / self.total_updates)) if tc.anneal_lr else (lambda u: 1.0))
+            self.optimizer, (lambda u: max(0.0, 1.0 - u / max(1, self.total_updates))) if tc.anneal_lr else (lambda u: 1.0))
         self.env = make_env(cfg, self.ws, self.train_qs)
         if tc.compile:
             self._compile()

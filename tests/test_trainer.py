@@ -11,7 +11,7 @@ import torch
 
 from adaptive_ir.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
-from adaptive_ir.errors import CheckpointError
+from adaptive_ir.errors import CheckpointError, ConfigError
 from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run
 from adaptive_ir.monitor import read_metrics
 from adaptive_ir.trainer import Trainer
@@ -115,6 +115,40 @@ def test_checkpoint_from_incompatible_config(tmp_path):
     (tmp_path / "a.pt").write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="checksum"):
         load_checkpoint(tmp_path / "a.pt")
+
+
+def test_init_from_starts_from_the_source_policy_of_the_same_seed(tmp_path):
+    source = tiny_config(tmp_path / "src" / "seed-7", **{"system.seed": 7, "training.num_epochs": 1})
+    trained = Trainer(source, progress=False, collection=default_collection())
+    trained.train()
+    template = str(tmp_path / "src" / "seed-{seed}" / "checkpoints" / "best.pt")
+    # 0 epochs: the source policy is the run's policy, untouched
+    frozen = tiny_config(tmp_path / "zero", **{"system.seed": 7, "training.num_epochs": 0,
+                                               "training.init_from": template})
+    zero = Trainer(frozen, progress=False, collection=default_collection())
+    assert_same_state(state(zero), state(trained))
+    assert zero.train()["updates"] == 0
+    assert_same_state(load_checkpoint(frozen.training.checkpoint_path_dir / "best.pt")["model"], state(trained))
+    # training goes on from the source weights with a fresh optimizer and counters
+    tuned = tiny_config(tmp_path / "tuned", **{"system.seed": 7, "training.init_from": template})
+    trainer = Trainer(tuned, progress=False, collection=default_collection())
+    assert_same_state(state(trainer), state(trained)) and trainer.update == 0 and not trainer.optimizer.state
+    trainer.train()
+    assert trainer.update == trained.update
+    assert any(not torch.equal(a, b) for a, b in zip(state(trainer).values(), state(trained).values()))
+    # another seed has no source run; another network size does not fit
+    with pytest.raises(CheckpointError, match="seed-8.*not found"):
+        Trainer(tiny_config(tmp_path / "s8", **{"system.seed": 8, "training.init_from": template}),
+                progress=False, collection=default_collection())
+    with pytest.raises(CheckpointError, match="another shape: rl_agent.hidden_dim"):
+        Trainer(tiny_config(tmp_path / "h", **{"system.seed": 7, "training.init_from": template,
+                                               "rl_agent.hidden_dim": 48}),
+                progress=False, collection=default_collection())
+
+
+def test_zero_epochs_need_a_policy_to_start_from(tmp_path):
+    with pytest.raises(ConfigError, match="training.num_epochs.*init_from"):
+        tiny_config(tmp_path, **{"training.num_epochs": 0})
 
 
 def test_cli_train_test_writes_test_metrics(tmp_path):
