@@ -55,7 +55,9 @@ def load_collection(data_dir: str | None):
 
 def workspace(args, device: torch.device, collection=None, **overrides) -> Workspace:
     """A Workspace for ``args.config`` with candidate/embedding caches off (a benchmark measures, never reuses);
-    its output folder (with the saved index) is removed when the process exits."""
+    its output folder (with the saved index) is removed when the process exits. The policy reads LSA embeddings
+    (no model to load), 16-dimensional where the config sets no size: the width the SciFact figures were
+    measured at, before its config moved to MiniLM."""
     out = tempfile.mkdtemp(prefix="adaptive-ir-bench-")
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     sets = {"training.output_dir": out, "embeddings.cache_dir": f"{out}/cache",
@@ -63,6 +65,8 @@ def workspace(args, device: torch.device, collection=None, **overrides) -> Works
             **dict(item.split("=", 1) for item in getattr(args, "set", [])),
             **{k: str(v) for k, v in overrides.items()}}
     cfg = load_config(args.config, sets)
+    if cfg.embeddings.embedding_dim is None:
+        cfg.embeddings.embedding_dim = 16
     return Workspace(cfg, device, collection=collection or load_collection(args.data_dir), progress=False)
 
 

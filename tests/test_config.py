@@ -141,17 +141,27 @@ def test_every_shipped_config_loads(path):
 
 def test_shipped_configs_do_not_warn_except_the_seed(caplog):
     with caplog.at_level(logging.WARNING):
-        for name in ("quickstart", "scifact", "cranfield", "cisi"):
+        for name in ("quickstart", "scifact", "cranfield", "cisi", "nfcorpus"):
             load_config(name)
     assert caplog.records == []
 
 
 def test_beir_configs():
-    for name in ("scifact", "cranfield", "cisi"):
+    for name in ("scifact", "cranfield", "cisi", "nfcorpus"):
         cfg = load_config(name)
         assert cfg.data.dataset_type == "beir" and cfg.data.data_dir == f"data/{name}"
         assert (cfg.retrieval.bm25_k1, cfg.retrieval.bm25_b, cfg.retrieval.idf) == (1.5, 0.75, "lucene")
         assert cfg.training.output_dir == f"runs/{name}"
+
+
+def test_small_collections_start_from_the_nfcorpus_policy_they_fit():
+    source = load_config("nfcorpus")
+    policy = lambda c: ({k: v for k, v in c.fingerprint().items() if not k.startswith("data.")},  # noqa: E731
+                        c.candidate_mining.methods)
+    for name in ("scifact", "cranfield", "cisi"):
+        cfg = load_config(name)
+        assert cfg.training.init_from == f"{source.training.output_dir}/seed-{{seed}}/checkpoints/best.pt"
+        assert policy(cfg) == policy(source)
 
 
 # --- PPO precedence and aliases ------------------------------------------------------------------------------
