@@ -62,6 +62,14 @@ def init_policy_path(cfg: Config) -> Path:
     return Path(cfg.training.init_from.replace("{seed}", str(cfg.system.seed)))
 
 
+def init_policy_sha256(cfg: Config) -> str | None:
+    """sha256 of the training.init_from file as it is now (None without init_from, or when it is missing): a run
+    records the one it started from, and ``compare`` refuses to reuse a seed that started from another."""
+    if not cfg.training.init_from or not init_policy_path(cfg).is_file():
+        return None
+    return sha256(init_policy_path(cfg).read_bytes())
+
+
 def load_policy_from(cfg: Config) -> dict:
     """The policy weights of ``training.init_from``, checked to fit ``cfg``'s policy (the collection may differ:
     the embeddings, the candidate features and the network sizes may not)."""

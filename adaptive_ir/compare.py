@@ -35,7 +35,7 @@ from .io import atomic_write_bytes, atomic_write_json
 from .methods import split_runs, write_runs
 from .ppo import AmpContext
 from .stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
-from .checkpoint import build_agent, load_checkpoint, load_compatible
+from .checkpoint import build_agent, init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
 from .rundir import start_run
 from .trainer import Trainer
 from .workspace import Workspace
@@ -94,17 +94,30 @@ def _same_settings(cfg: Config, stored: dict, where: Path) -> None:
                           "pass another --output-dir, or delete that seed's folder to train it again")
 
 
+def _same_source(cfg: Config, stored_sha256: str | None, where: Path) -> None:
+    """A seed that started from training.init_from is reused only while that file is the one it started from."""
+    now = init_policy_sha256(cfg)
+    if now is not None and now != stored_sha256:
+        raise ConfigError(f"{where} was trained from another policy than {init_policy_path(cfg)} holds now (its "
+                          "source run was trained again?); delete that seed's folder to train it from this one, or "
+                          "pass another --output-dir")
+
+
 def train_seed(cfg: Config, progress: bool) -> Trainer | None:
     """Train one seed's run unless it has finished already (then None). Resumes from ``last.pt`` if there is
     one. Raises CompareInterrupted when stopped by a signal."""
     out = Path(cfg.training.output_dir)
     done, last = out / DONE_FILE, cfg.training.checkpoint_path_dir / "last.pt"
     if done.is_file():
-        _same_settings(cfg, json.loads(done.read_text(encoding="utf-8"))["config"], done)
+        record = json.loads(done.read_text(encoding="utf-8"))
+        _same_settings(cfg, record["config"], done)
+        _same_source(cfg, record.get("init_from_sha256"), done)
         log.info("seed %d: finished run in %s, evaluating it", cfg.system.seed, out)
         return None
     if last.is_file():
-        _same_settings(cfg, load_checkpoint(last)["config"], last)
+        state = load_checkpoint(last)
+        _same_settings(cfg, state["config"], last)
+        _same_source(cfg, state.get("init_from_sha256"), last)
     # the seed's folder is a run folder like any other: locked while it trains, run.json says what produced it
     run = start_run(cfg, resume=last.is_file())
     try:
@@ -119,7 +132,8 @@ def train_seed(cfg: Config, progress: bool) -> Trainer | None:
         run.finish("interrupted", 130 if trainer.stop_signal == 2 else 0)
         raise CompareInterrupted(cfg.system.seed, trainer.stop_signal)
     run.finish("completed", 0)
-    atomic_write_json(done, {"config": config_to_dict(cfg), "result": result})
+    atomic_write_json(done, {"config": config_to_dict(cfg), "result": result,
+                             "init_from_sha256": trainer.init_sha256})
     return trainer
 
 

@@ -14,8 +14,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .buffer import RolloutBuffer, compute_gae
-from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
-                         load_policy_from, save_checkpoint)
+from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, init_policy_sha256,
+                         load_compatible, load_policy_from, save_checkpoint)
 from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
 from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
@@ -127,7 +127,10 @@ class Trainer:
         if self.is_main and self.world > 1:
             torch.distributed.barrier()
         self.agent = build_agent(cfg, self.ws, self.device)
+        self.init_sha256 = None
+        """sha256 of the training.init_from checkpoint this run started from (kept in its checkpoints)."""
         if tc.init_from and not resume:  # before DDP wraps the core: every rank starts from the same weights
+            self.init_sha256 = init_policy_sha256(cfg)
             source = load_policy_from(cfg)
             self.agent.core.load_state_dict(source["model"])
             log.info("policy starts from %s", describe_origin(init_policy_path(cfg), source))
@@ -304,6 +307,7 @@ class Trainer:
             "run": self.run,
             "config": config_to_dict(self.cfg),
             "fingerprint": self.cfg.fingerprint(),
+            "init_from_sha256": self.init_sha256,
             "model": self.agent.core.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -329,6 +333,7 @@ class Trainer:
         torch.set_rng_state(s["rng"]["torch"])
         if s["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(s["rng"]["cuda"])
+        self.init_sha256 = s.get("init_from_sha256")
         c = s["counters"]
         if self.is_main:  # the checkpoint holds rank 0's streams and shard order
             seed = self.cfg.system.seed + 3 * c["update"]

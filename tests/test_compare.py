@@ -181,3 +181,27 @@ def test_small_split_threshold(n, small):
     report = cmp.build_report(cmp.Evaluated("t", "test", [f"q{i}" for i in range(n)], [7], values, {}),
                               n_permutations=10)
     assert report["small_split"] is small and ("**small split**" in cmp.format_report(report)) is small
+
+
+def test_seeds_started_from_another_run_are_reused_only_while_that_policy_is_unchanged(compared, tmp_path):
+    _, source_root, _, _ = compared
+    template = str(source_root / "seed-{seed}" / "checkpoints" / "best.pt")
+    cfg = tiny_config(tmp_path, **{"training.num_epochs": 0, "training.init_from": template})
+    first, _ = cmp.compare(cfg, SEEDS, "test", progress=False, n_permutations=PERMUTATIONS)
+    # 0 epochs: each seed's agent is its source seed's policy, so its runs equal the source's
+    for s in SEEDS:
+        ours = read_run(tmp_path / f"seed-{s}" / "runs" / "test.agent.trec")
+        assert ours == read_run(source_root / f"seed-{s}" / "runs" / "test.agent.trec")
+    again, _ = cmp.compare(cfg, SEEDS, "test", progress=False, n_permutations=PERMUTATIONS)
+    assert again["methods"] == first["methods"]
+    # the source of seed 2 trained again (here: another file in its place) → seed 2 is stale
+    source2 = source_root / "seed-2" / "checkpoints"
+    (source2 / "best.pt").rename(source2 / "best.pt.orig")
+    (source2 / "best.pt.json").rename(source2 / "best.pt.json.orig")
+    try:
+        (source2 / "best.pt").write_bytes((source_root / "seed-1" / "checkpoints" / "best.pt").read_bytes())
+        with pytest.raises(ConfigError, match="seed-2.*trained from another policy"):
+            cmp.compare(cfg, SEEDS, "test", progress=False, n_permutations=PERMUTATIONS)
+    finally:
+        (source2 / "best.pt.orig").replace(source2 / "best.pt")
+        (source2 / "best.pt.json.orig").replace(source2 / "best.pt.json")
