@@ -153,7 +153,9 @@ def test_first_minibatch_ratio_is_one_even_with_dropout_configured(tmp_path, dro
     out = ppo_update(t.agent, make_optimizer(t.agent.parameters(), 0.0), t.amp, t.buf, t.train_qs, adv, ret, s,
                      torch.Generator().manual_seed(0), stats["local_steps"])
     assert out["minibatches"] == 1 and out["samples"] == t.buf.alive.sum()
-    assert abs(out["approx_kl"]) < 1e-9 and out["clipfrac"] == 0.0
+    # not 0: the rollout's batches and the minibatch sum floats in different orders (measured up to 1.2e-9 with
+    # two threads); dropout left on would give a KL of order 1e-2
+    assert abs(out["approx_kl"]) < 1e-6 and out["clipfrac"] == 0.0
     # a real step moves the policy: the second epoch sees a ratio != 1
     out = ppo_update(t.agent, make_optimizer(t.agent.parameters(), 1e-2), t.amp, t.buf, t.train_qs, adv, ret,
                      PPOSettings(epochs=2, minibatch_size=10 ** 6), torch.Generator().manual_seed(0),

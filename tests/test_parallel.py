@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -209,6 +210,11 @@ def run_ddp(tmp_path: Path, poison_call: int = 0, **extra) -> tuple[list[dict], 
            *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "POISON_CALL": str(poison_call)}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
+        # seen once in ~20 runs on a 2-core machine: a rank aborted inside gloo's C++ threads, before any of our
+        # checks; the run is repeated once, from an empty folder, and a second failure (or any other) fails the test
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)], proc, out
 

@@ -34,7 +34,9 @@ from adaptive_ir.workspace import Workspace
 from helpers import TINY_ARGS as TINY
 
 REPO = Path(__file__).resolve().parents[1]
-EPOCHS = 2
+EPOCHS = 5
+"""10 updates: a signal sent once the first is logged must reach the run before its last (with 4, a fast CPU
+sometimes finished first)."""
 TIMING = ("charts/SPS", "charts/episodes_per_s")
 
 
