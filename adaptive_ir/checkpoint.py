@@ -45,15 +45,18 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
                                                   "update": state["counters"]["update"], "run": run.get("id")})
 
 
+def _differences(theirs: dict, ours: dict) -> str:
+    """The keys whose values differ, as 'key: checkpoint A vs config B, ...' ('' when none do)."""
+    return ", ".join(f"{k}: checkpoint {v!r} vs config {ours.get(k)!r}" for k, v in theirs.items() if ours.get(k) != v)
+
+
 def load_compatible(path: str | Path, cfg: Config) -> dict:
     """A checkpoint whose model/data fingerprint equals ``cfg``'s, else CheckpointError naming the differences."""
     s = load_checkpoint(path)
-    ours = cfg.fingerprint()
-    diff = {k: (v, ours.get(k)) for k, v in s["fingerprint"].items() if ours.get(k) != v}
+    diff = _differences(s["fingerprint"], cfg.fingerprint())
     if diff:
-        raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: "
-                              + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
-                              + "; use the config it was trained with, or start a new run")
+        raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: {diff}; use the "
+                              "config it was trained with, or start a new run")
     return s
 
 
@@ -65,39 +68,50 @@ def init_policy_path(cfg: Config) -> Path:
 def init_policy_sha256(cfg: Config) -> str | None:
     """sha256 of the training.init_from file as it is now (None without init_from, or when it is missing): a run
     records the one it started from, and ``compare`` refuses to reuse a seed that started from another."""
-    if not cfg.training.init_from or not init_policy_path(cfg).is_file():
-        return None
-    return sha256(init_policy_path(cfg).read_bytes())
+    path = init_policy_path(cfg) if cfg.training.init_from else None
+    return sha256(path.read_bytes()) if path is not None and path.is_file() else None
 
 
-def load_policy_from(cfg: Config) -> dict:
-    """The policy weights of ``training.init_from``, checked to fit ``cfg``'s policy (the collection may differ:
-    the embeddings, the candidate features and the network sizes may not)."""
+def _policy_shape(fingerprint: dict, methods) -> dict:
+    """What a policy's weights depend on whatever the collection: the fingerprint without its data keys, and the
+    candidate methods (they set the features)."""
+    return {k: v for k, v in fingerprint.items() if not k.startswith("data.")} | {
+        "candidate_mining.methods": list(methods)}
+
+
+def load_policy_from(cfg: Config) -> tuple[dict, str]:
+    """The checkpoint of ``training.init_from`` and the sha256 of the bytes it was read from, checked to fit
+    ``cfg``'s policy (the collection may differ: the embeddings, the candidate features and the network sizes may
+    not)."""
     path = init_policy_path(cfg)
     if not path.is_file():
         raise CheckpointError(f"training.init_from: {path} not found; train the source run first (e.g. adaptive-ir "
                               f"compare --config <source> --seeds {cfg.system.seed}), or point init_from at a "
                               "checkpoint")
-    s = load_checkpoint(path)
-    ours = cfg.fingerprint() | {"candidate_mining.methods": list(cfg.candidate_mining.methods)}
-    theirs = s["fingerprint"] | {"candidate_mining.methods": list(s["config"]["candidate_mining"]["methods"])}
-    diff = {k: (v, ours.get(k)) for k, v in theirs.items() if not k.startswith("data.") and ours.get(k) != v}
+    s, digest = read_checkpoint(path)
+    diff = _differences(_policy_shape(s["fingerprint"], s["config"]["candidate_mining"]["methods"]),
+                        _policy_shape(cfg.fingerprint(), cfg.candidate_mining.methods))
     if diff:
-        raise CheckpointError(f"training.init_from: {path} holds a policy of another shape: "
-                              + ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
-                              + "; set them as the source run had them, or start from a fresh policy")
-    return s
+        raise CheckpointError(f"training.init_from: {path} holds a policy of another shape: {diff}; set them as the "
+                              "source run had them, or start from a fresh policy")
+    return s, digest
 
 
 def load_checkpoint(path: str | Path) -> dict:
+    return read_checkpoint(path)[0]
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict, str]:
+    """A checkpoint and the sha256 of the bytes it was read from (checked against its sidecar when there is one)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path.resolve()}")
     data = path.read_bytes()
+    digest = sha256(data)
     side = Path(str(path) + ".json")
     if side.is_file():
         expected = json.loads(side.read_text()).get("sha256")
-        if expected and expected != sha256(data):
+        if expected and expected != digest:
             raise CheckpointError(f"{path}: checksum mismatch (the file is damaged or was partly written); "
                                   "use another checkpoint (last.pt / best.pt) or retrain")
     try:
@@ -106,7 +120,7 @@ def load_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: not a readable adaptive-ir checkpoint ({type(e).__name__}: {e})") from e
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not an adaptive-ir checkpoint of format {CHECKPOINT_FORMAT}")
-    return state
+    return state, digest
 
 
 def describe_origin(path: str | Path, state: dict) -> str:

@@ -14,8 +14,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .buffer import RolloutBuffer, compute_gae
-from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, init_policy_sha256,
-                         load_compatible, load_policy_from, save_checkpoint)
+from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
+                         load_policy_from, save_checkpoint)
 from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
 from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
@@ -130,8 +130,7 @@ class Trainer:
         self.init_sha256 = None
         """sha256 of the training.init_from checkpoint this run started from (kept in its checkpoints)."""
         if tc.init_from and not resume:  # before DDP wraps the core: every rank starts from the same weights
-            self.init_sha256 = init_policy_sha256(cfg)
-            source = load_policy_from(cfg)
+            source, self.init_sha256 = load_policy_from(cfg)
             self.agent.core.load_state_dict(source["model"])
             log.info("policy starts from %s", describe_origin(init_policy_path(cfg), source))
         self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
