@@ -8,45 +8,40 @@ no reward, is possible after the limit and the step fraction is part of the obse
 terminal (its value is 0, nothing to bootstrap).
 
 **Ranking rule.** Documents are ordered by score, ties by corpus position (lower first), and only documents with
-a score > 0 are retrieved (a document matching no query term is not a result; a top-k list would pad short
-rankings with arbitrary zero-score documents). A relevant document is retrieved at rank k or better when fewer
-than k documents outrank it, so the metric needs no sorted list: the k-th best key and a count
-(``ranked_metric``). ``exclude_docs`` removes one document per query from its ranking (Nogueira & Cho leave out
-the document whose title is the query).
+a score > 0 are retrieved (a document matching no query term is not a result). Scores are float32 sums of
+weight × impact added in slot order, the order of ``BM25Index.score``, so the rewards equal those of the
+rewritten query searched from scratch, bit for bit. ``exclude_docs`` removes one document per query from its
+ranking (Nogueira & Cho leave out the document whose title is the query).
 
-**No host round trip in a step.** Every step does the same tensor work whatever the actions: episodes that ended
-add a padding term with no postings and are masked. Scores are kept per episode as a (B, num_docs) matrix, and
-a step adds only the new term's postings, gathered into a fixed (B, P) block (P = the longest posting list among
-the QuerySet's candidates, known on the host), so shapes never depend on data. An episode starts from a copy of
-its query's first scores and metric, computed once per QuerySet when all of them fit ``max_state_cells`` (each
-query starts many episodes), else from a search sized on the host. When even the (B, num_docs) state would exceed
-``max_state_cells``, each step re-scores the whole rewritten query instead (chunked; on an accelerator this reads
-the posting count once per chunk).
+**A step costs O(k + the chosen term's postings), whatever the corpus size.** Expansion weights are > 0, so
+scores only rise: after a term is added the new top k is the old top k (moved up) merged with the documents the
+term touches, and nothing else can enter. Each episode keeps its top-k ranking keys (``index.ranking_keys``) and
+a *score lane*: a float32 row over the corpus holding its query's current scores, from which a touched
+document's previous score is read in O(1) (an exact previous score is what the merge needs; looking it up in the
+postings of every query term costs a binary search per term). Only cells under the episode's postings are ever
+written, and they are zeroed again when the lane is reused, so the lanes cost memory (episodes × documents × 4
+bytes: 1.1 GiB for 256 episodes over 1.09M documents), not time. The reward reads relevance from the judged
+(query, document) pairs kept as one sorted array (ragged qrels: no padding to the most-judged query).
 
-On the CPU the host *is* the device, so reading a count costs nothing, while masked work costs the same as real
-work: there (``compact``) a step works on the episodes that expand only, with exactly sized gathers. Both modes
-compute the same rewards (tested); the accelerator mode is the one the sync-detector test runs.
+Two implementations of the same arithmetic: on the CPU, compiled kernels (``kernels.py``) that work on the
+episodes that expand only and on exactly their postings (``compact``); on accelerators, tensor operations of
+fixed shapes that need no host-device synchronisation in a step: every episode gathers a block as wide as the
+longest candidate posting list among the batch's queries (known on the host when the batch starts), episodes
+that do not expand add a padding term with no postings, and the lanes are zeroed with one fill per batch. Both
+give the same rewards (tested); the accelerator mode is the one the sync-detector test runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from . import kernels
 from .candidates import CandidateSet
 from .hostsync import allowed_sync
-from .index import BM25Index
-
-MAX_STATE_CELLS = {"cpu": 1 << 25, "accelerator": 1 << 28}
-"""Largest B × num_docs the per-episode score state may have (fp32 state plus int64 ranking keys: ~12 bytes a
-cell at the peak) before the env re-scores whole queries each step instead."""
-
-_POSITIVE_KEY = 1 << 32
-"""The smallest ranking key of a document with a score > 0 (see ``ranking_keys``)."""
-
+from .index import POSITIVE_KEY, BM25Index, key_docs, ranking_keys, touched_topk
 
 @dataclass
 class QuerySet:
@@ -65,8 +60,11 @@ class QuerySet:
     """(Q, M, F) candidate features."""
     q_rows: torch.Tensor
     """(Q,) rows into the query embedding table."""
+    rel_indptr: torch.Tensor
+    """(Q + 1,) int64: query i's relevant documents are ``rel_docs[rel_indptr[i]:rel_indptr[i + 1]]``."""
     rel_docs: torch.Tensor
-    """(Q, R) indices of relevant documents (grade ≥ 1), -1 padded; empty for unjudged queries."""
+    """(J,) int64 corpus positions of the relevant documents (grade ≥ 1), ascending within each query: ragged,
+    no padding to the most-judged query."""
     n_rel: torch.Tensor
     """(Q,) number of relevant documents (float)."""
     cand_weight: torch.Tensor
@@ -92,10 +90,10 @@ class QuerySet:
         rel = []
         for qid in qids:
             pos = doc_positions([d for d, g in (qrels or {}).get(qid, {}).items() if g >= 1])
-            rel.append(pos[pos >= 0].tolist())
-        rel_docs = np.full((q, max(1, max((len(r) for r in rel), default=1))), -1, dtype=np.int64)
-        for i, r in enumerate(rel):
-            rel_docs[i, : len(r)] = r
+            rel.append(np.unique(pos[pos >= 0]).astype(np.int64))
+        n_rel = np.array([len(r) for r in rel], np.int64)
+        rel_indptr = np.concatenate([[0], np.cumsum(n_rel)]).astype(np.int64)
+        rel_docs = np.concatenate(rel) if rel else np.zeros(0, np.int64)
         exclude = np.full(q, -1, np.int64) if exclude_docs is None else np.asarray(exclude_docs, np.int64)
         if exclude.shape != (q,):
             raise ValueError(f"exclude_docs must have one entry per query ({q}), got shape {exclude.shape}")
@@ -104,7 +102,7 @@ class QuerySet:
         return cls(qids=list(qids), terms=t(terms), cand_terms=t(np.where(valid, cands.terms, pad_id)),
                    cand_valid=t(valid), cand_rows=t(term_rows, torch.long),
                    cand_feats=t(cands.features, torch.float32), q_rows=t(q_rows, torch.long),
-                   rel_docs=t(rel_docs), n_rel=t([float(len(r)) for r in rel], torch.float32),
+                   rel_indptr=t(rel_indptr), rel_docs=t(rel_docs), n_rel=t(n_rel, torch.float32),
                    cand_weight=t(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
                                  torch.float32),
                    exclude_docs=t(exclude), has_exclusions=bool((exclude >= 0).any()))
@@ -118,105 +116,55 @@ class QuerySet:
 
 
 # ---------------------------------------------------------------------------------------------- the reward
-def ranking_keys(scores: torch.Tensor, low: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, N) int64 keys whose order is the ranking order: score first, then lower corpus position.
+class Judgements:
+    """The qrels of a QuerySet as one sorted array of ``query position × num_docs + document`` keys (ragged: as
+    long as the judged pairs), and the reward metric of top-k rankings read from it."""
 
-    The bits of a float32 ≥ 0 read as an int32 grow with its value, so (bits << 32) + (2^32 − 1 − position) is a
-    distinct key per document. Scores ≤ 0 get keys below ``_POSITIVE_KEY`` (their mutual order is not kept;
-    they are never retrieved and never outrank a retrieved document, so it never matters). ``low``: the
-    position part, ``position_keys(N)``, when the caller keeps it.
-    """
-    if low is None:
-        low = position_keys(scores.shape[1], scores.device)
-    return torch.add(low, scores.view(torch.int32).long(), alpha=1 << 32)
+    def __init__(self, rel_indptr: torch.Tensor, rel_docs: torch.Tensor, n_rel: torch.Tensor, num_docs: int,
+                 weights: dict[str, float]):
+        """``rel_indptr``, ``rel_docs``, ``n_rel`` as in ``QuerySet``; ``weights`` the reward mix."""
+        device = rel_docs.device
+        owner = torch.repeat_interleave(torch.arange(len(n_rel), device=device), rel_indptr[1:] - rel_indptr[:-1],
+                                        output_size=rel_docs.numel())
+        # a last key above every probe, so a search never falls off the end
+        self.keys = torch.cat([owner * num_docs + rel_docs,
+                               torch.full((1,), torch.iinfo(torch.int64).max, device=device)])
+        self.num_docs = num_docs
+        self.recall_coef = weights.get("recall", 0.0) / n_rel.clamp(min=1)
+        self.mrr_weight = weights.get("mrr", 0.0)
 
-
-def position_keys(num_docs: int, device: torch.device) -> torch.Tensor:
-    """The low 32 bits of ``ranking_keys``: 2^32 − 1 − position, so a lower position ranks first among ties."""
-    return (1 << 32) - 1 - torch.arange(num_docs, device=device)
-
-
-class Judged(NamedTuple):
-    """The relevance judgements of B queries in the form the ranking reads them."""
-
-    docs: torch.Tensor
-    """(B, R) corpus positions of the relevant documents (padding points at document 0, masked by ``valid``)."""
-    valid: torch.Tensor
-    """(B, R) real entries."""
-    recall_coef: torch.Tensor
-    """(B,) the recall weight / the number of relevant documents."""
-
-    @classmethod
-    def of(cls, rel_docs: torch.Tensor, n_rel: torch.Tensor, weights: dict[str, float]) -> "Judged":
-        return cls(rel_docs.clamp(min=0), rel_docs >= 0, weights.get("recall", 0.0) / n_rel.clamp(min=1))
-
-    def take(self, rows: torch.Tensor) -> "Judged":
-        return Judged(self.docs[rows], self.valid[rows], self.recall_coef[rows])
+    def metric(self, qidx: torch.Tensor, topk: torch.Tensor) -> torch.Tensor:
+        """Σ weight · metric of each ranking: 'recall' = R@k, 'mrr' = RR@k, for (B, k) ranking keys (best first,
+        -1 padded) of the queries at positions ``qidx`` (B,)."""
+        probe = qidx[:, None] * self.num_docs + key_docs(topk)
+        hit = (self.keys[torch.searchsorted(self.keys, probe)] == probe) & (topk >= POSITIVE_KEY)
+        out = hit.sum(1) * self.recall_coef[qidx]
+        if self.mrr_weight:
+            ranks = torch.arange(1, topk.shape[1] + 1, device=topk.device)
+            first = torch.where(hit, ranks, topk.shape[1] + 1).amin(1)  # rank of the best relevant document
+            out = torch.add(out, (first <= topk.shape[1]) / first, alpha=self.mrr_weight)
+        return out
 
 
-def ranked_metric(scores: torch.Tensor, rel_docs: torch.Tensor, n_rel: torch.Tensor, weights: dict[str, float],
-                  k: int) -> torch.Tensor:
-    """Σ weight · metric of each row's ranking (see the module docstring for the rule): 'recall' = R@k,
-    'mrr' = RR@k. ``scores`` (B, N) float32, ``rel_docs`` (B, R) corpus positions, -1 padded."""
-    return rank_metric(scores, Judged.of(rel_docs, n_rel, weights), weights.get("mrr", 0.0), k)
-
-
-def rank_metric(scores: torch.Tensor, judged: Judged, mrr_weight: float, k: int, low: torch.Tensor | None = None
-                ) -> torch.Tensor:
-    """``ranked_metric`` over prepared judgements (the env prepares them once per episode).
-
-    Equal to sorting every row and reading its top k, without a sort or any data-dependent shape: a relevant
-    document is retrieved when its key is at least the k-th best key and its score is > 0, and the rank of the
-    best retrieved one is the number of keys above it.
-    """
-    keys = ranking_keys(scores, low)
-    kth = keys.topk(min(k, scores.shape[1]), dim=1).values[:, -1]
-    rel_keys = keys.gather(1, judged.docs)
-    retrieved = (rel_keys >= kth.clamp(min=_POSITIVE_KEY)[:, None]) & judged.valid
-    out = retrieved.sum(1) * judged.recall_coef
-    if mrr_weight:
-        best = torch.where(retrieved, rel_keys, -1).amax(1)
-        rank = (keys > best[:, None]).sum(1)  # documents ranked above the best retrieved relevant one
-        out = torch.add(out, (best >= 0) / (rank + 1), alpha=mrr_weight)
-    return out
-
-
-def drop_excluded(scores: torch.Tensor, exclude: torch.Tensor) -> None:
-    """Zero (in place) each row's excluded document (``exclude`` (B,), -1 = none): a score of 0 is never
-    retrieved and outranks no retrieved document, as if that document were not in the corpus."""
-    col = exclude.clamp(min=0)[:, None]
-    scores.scatter_(1, col, scores.gather(1, col) * (exclude < 0)[:, None])
-
-
-def search_reward(index: BM25Index, terms: torch.Tensor, weights: torch.Tensor, rel_docs: torch.Tensor,
-                  n_rel: torch.Tensor, mix: dict[str, float], k: int, exclude: torch.Tensor | None = None,
-                  max_cells: int | None = None) -> torch.Tensor:
-    """Score whole queries (B, L) and rank them with ``ranked_metric``, in chunks of at most ``max_cells``
-    (B × num_docs) score cells."""
-    if max_cells is None:
-        max_cells = MAX_STATE_CELLS["cpu" if index.device.type == "cpu" else "accelerator"]
-    chunk = max(1, max_cells // index.num_docs)
-    out = []
-    for lo in range(0, terms.shape[0], chunk):
-        rows = slice(lo, lo + chunk)
-        scores = index.score(terms[rows], weights[rows])
-        if exclude is not None:
-            drop_excluded(scores, exclude[rows])
-        out.append(ranked_metric(scores, rel_docs[rows], n_rel[rows], mix, k))
-    return torch.cat(out) if out else torch.zeros(0, device=terms.device)
+def merge_topk(old: torch.Tensor, touched: torch.Tensor, k: int) -> torch.Tensor:
+    """The k best distinct keys of each row of [old | touched] (both -1 padded), where a document may be in both
+    (with equal keys): the 2k best entries hold the k best distinct ones."""
+    best = torch.cat([old, touched], 1)
+    best = best.topk(min(2 * k, best.shape[1]), dim=1).values
+    best[:, 1:].masked_fill_((best[:, 1:] == best[:, :-1]) & (best[:, 1:] >= 0), -1)
+    return best.topk(k, dim=1).values
 
 
 # ---------------------------------------------------------------------------------------------- the env
 class ReformulationEnv:
     """B episodes over a QuerySet; see the module docstring.
 
-    ``compact``: work on the expanding episodes only, with exact sizes read from the tensors; None = on the CPU
-    only. ``max_state_cells``: the B × num_docs limit of the incremental score state (default by device).
-    """
+    ``compact``: the CPU kernels, working on the expanding episodes only (None = on the CPU); False runs the
+    accelerator code (tests run it on the CPU)."""
 
     def __init__(self, queries: QuerySet, index: BM25Index, max_steps: int = 5, reward_k: int = 40,
                  reward_weights: dict[str, float] | None = None, expansion_weight: float = 1.0,
-                 scored: bool = True, compact: bool | None = None, max_state_cells: int | None = None):
+                 scored: bool = True, compact: bool | None = None):
         self.qs, self.index = queries, index
         self.max_steps, self.reward_k = max_steps, reward_k
         self.reward_weights = reward_weights or {"recall": 1.0}
@@ -226,22 +174,29 @@ class ReformulationEnv:
         self.M = queries.max_candidates
         self.device = queries.terms.device
         cpu = self.device.type == "cpu"
+        if compact and not cpu:
+            raise ValueError("compact mode (the CPU kernels) needs the QuerySet and the index on the CPU")
         self.compact = cpu if compact is None else compact
-        self.max_state_cells = max_state_cells or MAX_STATE_CELLS["cpu" if cpu else "accelerator"]
-        # host-side sizes, read once here so that no step has to: postings per query (the first search's exact
-        # size) and the longest candidate posting list (the fixed width of a step's gather)
-        lengths = (index.indptr[1:] - index.indptr[:-1]).cpu()
-        self._q0_postings = lengths[queries.terms.cpu()].sum(1).numpy()
-        self.postings_width = int(lengths[queries.cand_terms.cpu()].max()) if queries.cand_terms.numel() else 0
-        self._slots = torch.arange(max(1, self.postings_width), device=self.device)
-        self._low = position_keys(index.num_docs, self.device)
-        self._initial = self._initial_state() if scored else None
+        self.k = min(reward_k, index.num_docs)
+        # host-side sizes, read once here so that no step has to: postings of every query and of its longest
+        # candidate posting list (the accelerator mode's block widths)
+        lengths = (index.indptr[1:] - index.indptr[:-1]).cpu().numpy()
+        self._q0_postings = lengths[queries.terms.cpu().numpy()].sum(1)
+        cands = queries.cand_terms.cpu().numpy()
+        self._widest = lengths[cands].max(1) if cands.size else np.zeros(len(queries), np.int64)
+        self.judged = (Judgements(queries.rel_indptr, queries.rel_docs, queries.n_rel, index.num_docs,
+                                  self.reward_weights) if scored else None)
+        self.lanes: torch.Tensor | None = None
+        """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
+        self.terms = None
 
     # ------------------------------------------------------------------ episode state
     def reset(self, qidx: torch.Tensor) -> None:
         """Start one episode per query position in ``qidx`` (B,), a CPU tensor: the host picks the episodes and
-        sizes their first search from its own copy of the posting counts."""
+        sizes their work from its own copy of the posting counts."""
         qs, b, m = self.qs, qidx.shape[0], self.M
+        if self.scored:
+            self._reuse_lanes(b)
         self.qidx = qidx.to(self.device, non_blocking=True)
         l0 = qs.terms.shape[1]
         self.t = 0
@@ -255,43 +210,51 @@ class ReformulationEnv:
         self._chosen = torch.zeros((b, m + 1), dtype=torch.bool, device=self.device)
         self._cand_terms = pad(qs.cand_terms[self.qidx], self.index.pad_id)
         self._cand_weight = pad(self.expansion_weight * qs.cand_weight[self.qidx], 0.0)
-        self._cand_start = self.index.indptr[self._cand_terms]
-        self._cand_count = self.index.indptr[self._cand_terms + 1] - self._cand_start
         self.alive = torch.ones(b, dtype=torch.bool, device=self.device)
-        self.judged = Judged.of(qs.rel_docs[self.qidx], qs.n_rel[self.qidx], self.reward_weights)
-        self.exclude = qs.exclude_docs[self.qidx] if qs.has_exclusions else None
-        self.scores = None
+        self.exclude = qs.exclude_docs[self.qidx]
         if not self.scored:
             self.metric = torch.zeros(b, device=self.device)
             return
-        if b * self.index.num_docs > self.max_state_cells:
-            self.metric = self._rescore(None)
-        elif self._initial is not None:
-            self.scores = self._initial[0].index_select(0, self.qidx)
-            self.metric = self._initial[1].index_select(0, self.qidx)
-        else:
-            with allowed_sync():  # host data (.numpy() of a device tensor would raise): no device is waited for
-                total = int(self._q0_postings[qidx.numpy()].sum())
-            self.scores = self.index.score(self.terms[:, :l0], self.weights[:, :l0], total=total)
-            if self.exclude is not None:
-                drop_excluded(self.scores, self.exclude)
-            self.metric = self._rank(self.scores, self.judged)
+        with allowed_sync():  # host data (.numpy() of a device tensor would raise): no device is waited for
+            host = qidx.numpy()
+        # a power of two: few distinct shapes for torch.compile (each width is a graph)
+        self._width = 1 << max(0, int(self._widest[host].max(initial=1)) - 1).bit_length()
+        self._offsets = torch.arange(self._width, device=self.device)
+        self.topk = self._start(self._q0_postings[host])
+        self.metric = self.judged.metric(self.qidx, self.topk)
 
-    def _initial_state(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Every query's q0 scores (Q, num_docs) and metric, computed once when they fit ``max_state_cells``: an
-        episode then starts with a copy instead of a search (each query starts many episodes)."""
-        qs, n = self.qs, self.index.num_docs
-        if not len(qs) or len(qs) * n > self.max_state_cells:
-            return None
-        scores, metrics = [], []
-        for lo in range(0, len(qs), 256):
-            rows = slice(lo, lo + 256)
-            s = self.index.score(qs.terms[rows], (qs.terms[rows] != self.index.pad_id).float())
-            if qs.has_exclusions:
-                drop_excluded(s, qs.exclude_docs[rows])
-            scores.append(s)
-            metrics.append(self._rank(s, Judged.of(qs.rel_docs[rows], qs.n_rel[rows], self.reward_weights)))
-        return torch.cat(scores), torch.cat(metrics)
+    def _reuse_lanes(self, b: int) -> None:
+        """Lanes for ``b`` episodes, zero: the last batch's cells are cleared (on the CPU only the cells its
+        queries' postings touched; on an accelerator with one fill), or bigger lanes are made."""
+        n = self.index.num_docs
+        if self.lanes is None or self.lanes.shape[0] < b:
+            self.lanes, self.terms = torch.zeros((b, n), device=self.device), None
+        elif self.terms is not None:
+            used = self.terms.shape[0]
+            if self.compact:
+                kernels.lanes_clear(self.index.indptr.numpy(), self.index.indices.numpy(), self.lanes.numpy(),
+                                    np.arange(used), self.terms.numpy())
+            else:
+                self.lanes[:used].zero_()
+
+    def _start(self, q0_postings: np.ndarray) -> torch.Tensor:
+        """Score each episode's q0 into its lane; its top-k keys."""
+        b, l0 = self.terms.shape[0], self.qs.terms.shape[1]
+        terms, weights = self.terms[:, :l0], self.weights[:, :l0]
+        if self.compact:
+            out = np.full((b, self.k), -1, np.int64)
+            idx = self.index
+            kernels.lanes_start(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
+                                terms.numpy(), weights.numpy(), self.exclude.numpy(), self.k, out)
+            return torch.from_numpy(out)
+        row, doc, contrib = self.index.postings(terms, weights, int(q0_postings.sum()))
+        lanes = self.lanes.view(-1)
+        target = row * self.index.num_docs + doc
+        lanes.index_add_(0, target, contrib)
+        score = lanes.index_select(0, target)
+        keys = torch.where((score > 0) & (doc != self.exclude.index_select(0, row)), ranking_keys(score, doc), -1)
+        per_row = torch.from_numpy(q0_postings).to(self.device, non_blocking=True)
+        return touched_topk(keys, row, per_row, self.k, l0, int(q0_postings.max(initial=0)))
 
     @property
     def chosen(self) -> torch.Tensor:
@@ -314,8 +277,9 @@ class ReformulationEnv:
         self.terms[:, col], self.weights[:, col] = term, weight
         self._chosen.scatter_(1, slot, True)
         if self.scored:
-            new = self._metric_after(slot, term, weight, expand)
-            # episodes that did not expand kept their scores, so their metric comes out unchanged: reward 0
+            self.topk = self._added(term, weight, expand, self.topk)
+            # episodes that did not expand kept their ranking, so their metric comes out unchanged: reward 0
+            new = self.judged.metric(self.qidx, self.topk)
             reward = new - self.metric
             self.metric = new
         else:
@@ -328,58 +292,44 @@ class ReformulationEnv:
             terminated, self.alive = self.alive, torch.zeros_like(expand)
         return reward, terminated
 
+    def trial(self, actions: torch.Tensor) -> torch.Tensor:
+        """The reward metric each episode would reach by taking ``actions`` (B,) (STOP: its current one), leaving
+        the episodes as they are (the oracle tries every candidate this way)."""
+        expand = self.alive & (actions < self.M)
+        slot = torch.where(expand, actions, self.M)[:, None]
+        term = self._cand_terms.gather(1, slot).squeeze(1)
+        weight = self._cand_weight.gather(1, slot).squeeze(1)
+        return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True))
+
     # ------------------------------------------------------------------ scoring
-    def _metric_after(self, slot: torch.Tensor, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor
-                      ) -> torch.Tensor:
-        """Reward metric of every episode once ``term`` × ``weight`` is added (weight 0 where not expanding)."""
-        rows = expand.nonzero().squeeze(1) if self.compact else None
-        if self.scores is None:
-            return self._rescore(rows)
-        self._add_postings(slot, weight, rows)
-        if self.exclude is not None:
-            drop_excluded(self.scores, self.exclude)
-        if rows is None:
-            return self._rank(self.scores, self.judged)
-        new = self.metric.clone()
-        if rows.numel():
-            new[rows] = self._rank(self.scores[rows], self.judged.take(rows))
-        return new
-
-    def _rank(self, scores: torch.Tensor, judged: Judged) -> torch.Tensor:
-        return rank_metric(scores, judged, self.reward_weights.get("mrr", 0.0), self.reward_k, self._low)
-
-    def _add_postings(self, slot: torch.Tensor, weight: torch.Tensor, rows: torch.Tensor | None) -> None:
-        """scores[b] += weight[b] · impacts of the term in ``slot``: one fixed (B, P) gather and scatter, or, in
-        compact mode, for the expanding ``rows`` only, as wide as their longest posting list."""
-        index = self.index
-        start = self._cand_start.gather(1, slot)
-        count = self._cand_count.gather(1, slot)
-        slots = self._slots
-        if rows is not None:
-            if not rows.numel():
-                return
-            start, count, weight = start[rows], count[rows], weight[rows]
-            slots = slots[: max(1, int(count.max()))]
-        width = slots.shape[0]
-        pos = (start + slots).clamp_(max=index.data.shape[0] - 1).view(-1)
-        docs = index.indices.index_select(0, pos).view(-1, width).long()
-        vals = index.data.index_select(0, pos).view(-1, width) * ((slots < count) * weight[:, None])
-        if rows is None:
-            self.scores.scatter_add_(1, docs, vals)
-        else:
-            target = docs + rows[:, None] * index.num_docs
-            self.scores.view(-1).index_add_(0, target.view(-1), vals.view(-1))
-
-    def _rescore(self, rows: torch.Tensor | None) -> torch.Tensor:
-        """Reward metric from whole-query searches (the state would not fit): all episodes, or ``rows`` only."""
-        qs = self.qs
-        pick = (lambda x: x) if rows is None else (lambda x: x[rows])  # noqa: E731
-        q = pick(self.qidx)
-        values = search_reward(self.index, pick(self.terms), pick(self.weights), qs.rel_docs[q], qs.n_rel[q],
-                               self.reward_weights, self.reward_k, None if self.exclude is None else pick(self.exclude),
-                               self.max_state_cells)
-        if rows is None:
-            return values
-        new = self.metric.clone()
-        new[rows] = values
-        return new
+    def _added(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor, topk: torch.Tensor,
+               undo: bool = False) -> torch.Tensor:
+        """The top-k keys once each episode adds ``term`` × ``weight`` (weight 0 and the padding term where it does
+        not expand); the lanes keep the new scores unless ``undo``."""
+        idx = self.index
+        if self.compact:
+            rows = expand.nonzero().squeeze(1)
+            out = topk.clone()
+            if rows.numel():
+                part = topk[rows]
+                kernels.lanes_add(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
+                                  rows.numpy(), term[rows].numpy(), weight[rows].numpy(), self.exclude[rows].numpy(),
+                                  part.numpy(), undo)
+                out[rows] = part
+            return out
+        b, n = term.shape[0], idx.num_docs
+        start = idx.indptr[term]
+        valid = self._offsets < (idx.indptr[term + 1] - start)[:, None]  # (B, width)
+        pos = (start[:, None] + self._offsets).clamp_(max=idx.data.shape[0] - 1)
+        docs = idx.indices[pos].long()
+        lanes = self.lanes.view(-1)
+        target = torch.arange(b, device=self.device)[:, None] * n + docs
+        saved = lanes[target] if undo else None
+        lanes.index_add_(0, target.view(-1), (idx.data[pos] * (valid * weight[:, None])).view(-1))
+        score = lanes[target]
+        touched = torch.where(valid & (docs != self.exclude[:, None]), ranking_keys(score, docs), -1)
+        old_docs = key_docs(topk)
+        old = torch.where(topk >= 0, ranking_keys(self.lanes.gather(1, old_docs), old_docs), -1)
+        if undo:
+            lanes.index_put_((target.view(-1),), saved.view(-1))
+        return merge_topk(old, touched, topk.shape[1])

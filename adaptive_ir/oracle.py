@@ -1,8 +1,8 @@
 """The reachable upper bound (Nogueira & Cho 2017): greedy best-term selection *with* the qrels.
 
-At each of the ``max_steps`` steps, every unchosen candidate is tried (one batched search of B × M rewritten
-queries) and the one that raises the reward metric most is kept; the rewrite stops when no candidate raises it.
-Same candidates, same step budget and same reward as the agent, so agent gain / oracle gain is the share of the
+At each of the ``max_steps`` steps, every unchosen candidate is tried (added to the episode's ranking and taken
+back: ``ReformulationEnv.trial``) and the one that raises the reward metric most is kept; the rewrite stops when no
+candidate raises it. Same candidates, same step budget and same reward as the agent, so agent gain / oracle gain is the share of the
 reachable gain the agent takes.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .env import QuerySet, search_reward
+from .env import QuerySet, ReformulationEnv
 from .evaluate import Run, to_run
 from .index import BM25Index
 
@@ -18,45 +18,24 @@ from .index import BM25Index
 @torch.no_grad()
 def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int, weights: dict[str, float],
                    expansion_weight: float = 1.0, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final (terms, weights) of the greedy oracle for every query of ``qs``."""
+    """Final (terms, weights) of the greedy oracle for every query of ``qs``: the env's own episodes, each
+    step trying every candidate (``ReformulationEnv.trial``) and taking the best one while it gains."""
+    env = ReformulationEnv(qs, index, max_steps, reward_k, weights, expansion_weight)
     out_t, out_w = [], []
     m = qs.max_candidates
     for lo in range(0, len(qs), batch_size):
-        q = torch.arange(lo, min(len(qs), lo + batch_size), device=qs.terms.device)
-        b, l0 = q.numel(), qs.terms.shape[1]
-        terms = torch.full((b, l0 + max_steps), index.pad_id, dtype=torch.long, device=q.device)
-        terms[:, :l0] = qs.terms[q]
-        wts = torch.zeros(terms.shape, device=q.device)
-        wts[:, :l0] = 1.0
-        exclude = qs.exclude_docs[q] if qs.has_exclusions else None
-        best = search_reward(index, terms, wts, qs.rel_docs[q], qs.n_rel[q], weights, reward_k, exclude)
-        legal = qs.cand_valid[q].clone()
-        live = torch.ones(b, dtype=torch.bool, device=q.device)
-        for t in range(max_steps):
-            # every (query, candidate) pair as one rewritten query: (b·m, L)
-            trial = terms.repeat_interleave(m, 0)
-            trial_w = wts.repeat_interleave(m, 0)
-            trial[:, l0 + t] = qs.cand_terms[q].reshape(-1)
-            trial_w[:, l0 + t] = expansion_weight * qs.cand_weight[q].reshape(-1)
-            qq = q.repeat_interleave(m)
-            score = search_reward(index, trial, trial_w, qs.rel_docs[qq], qs.n_rel[qq], weights, reward_k,
-                                  None if exclude is None else exclude.repeat_interleave(m)).view(b, m)
-            score = score.masked_fill(~legal, -1.0)
-            gain, slot = score.max(1)
-            take = live & (gain > best + 1e-9)
-            rows = take.nonzero().squeeze(1)
-            terms[rows, l0 + t] = qs.cand_terms[q[rows], slot[rows]]
-            wts[rows, l0 + t] = expansion_weight * qs.cand_weight[q[rows], slot[rows]]
-            legal[rows, slot[rows]] = False
-            best = torch.where(take, gain, best)
-            live = take
-            if not live.any():
+        env.reset(torch.arange(lo, min(len(qs), lo + batch_size)))
+        for _ in range(max_steps):
+            legal = env.legal()[:, :m]
+            score = torch.stack([env.trial(torch.full_like(env.qidx, j)) for j in range(m)], 1)
+            gain, slot = score.masked_fill(~legal, -1.0).max(1)
+            take = env.alive & (gain > env.metric + 1e-9)
+            env.step(torch.where(take, slot, m))  # the others stop
+            if not take.any():
                 break
-        out_t.append(terms)
-        out_w.append(wts)
-    width = max(t.shape[1] for t in out_t)
-    return (torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=index.pad_id) for t in out_t]),
-            torch.cat([torch.nn.functional.pad(w, (0, width - w.shape[1])) for w in out_w]))
+        out_t.append(env.terms.clone())
+        out_w.append(env.weights.clone())
+    return torch.cat(out_t), torch.cat(out_w)
 
 
 def oracle_run(qs: QuerySet, index: BM25Index, doc_ids: list[str], max_steps: int, reward_k: int,

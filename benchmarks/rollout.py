@@ -6,8 +6,9 @@
   carries the fixed-shape mode that accelerators run (``fixed_shape``), so its CPU cost is on record.
 
 Both fill a RolloutBuffer exactly as training does. A second, instrumented pass splits the time into policy
-forward, action sampling, adding postings, whole-query scoring, the reward metric and env bookkeeping, and the
-collect loop around them (buffer writes); candidate mining and the rest of the precompute are timed once.
+forward, action sampling, the first scores of each episode (its q0 into its lane, and their top k), adding
+postings (and merging the top k), the reward metric and env bookkeeping, and the collect loop around them (buffer
+writes); candidate mining and the rest of the precompute are timed once.
 
 Per lockstep step of one collect round at B=32 (or the smallest B), for the fixed-shape engine (what CUDA runs)
 and for the compact one: ``syncs_per_step`` (host-device synchronisations, counted by ``adaptive_ir.hostsync``;
@@ -24,7 +25,6 @@ from contextlib import contextmanager
 
 import torch
 
-import adaptive_ir.env as env_module
 import adaptive_ir.rollout as rollout_module
 from adaptive_ir.buffer import RolloutBuffer
 from adaptive_ir.ppo import AmpContext
@@ -63,34 +63,25 @@ class Profile:
         return timed
 
 
-class _TimedIndex:
-    """The env's index with ``score`` timed; everything else passes through."""
-
-    def __init__(self, index, prof: Profile):
-        self._index, self.score = index, prof.wrap("whole_query_scoring", index.score)
-
-    def __getattr__(self, name):
-        return getattr(self._index, name)
-
-
 @contextmanager
 def instrumented(prof: Profile, agent, env):
     """Time the phases of ``collect`` without changing what it computes."""
     hooks = [agent.register_forward_pre_hook(lambda *_: prof.enter("policy_forward")),
              agent.register_forward_hook(lambda *_: prof.exit())]
-    saved = rollout_module.policy_step, env_module.rank_metric, env.index
-    rollout_module.policy_step = prof.wrap("action_sampling", saved[0])
-    env_module.rank_metric = prof.wrap("reward_metric", saved[1])
-    env.index = _TimedIndex(env.index, prof)
+    saved = rollout_module.policy_step
+    rollout_module.policy_step = prof.wrap("action_sampling", saved)
+    env.judged.metric = prof.wrap("reward_metric", env.judged.metric)
     env.step, env.reset = prof.wrap("env_bookkeeping", env.step), prof.wrap("env_bookkeeping", env.reset)
-    env._add_postings = prof.wrap("add_postings", env._add_postings)
+    env._start = prof.wrap("first_scores", env._start)
+    env._added = prof.wrap("add_postings", env._added)
     try:
         yield
     finally:
         for h in hooks:
             h.remove()
-        rollout_module.policy_step, env_module.rank_metric, env.index = saved
-        for name in ("step", "reset", "_add_postings"):
+        rollout_module.policy_step = saved
+        del env.judged.__dict__["metric"]
+        for name in ("step", "reset", "_start", "_added"):
             del env.__dict__[name]
 
 
@@ -170,7 +161,7 @@ def bottleneck(seq: dict, best: dict) -> str:
     fixed = seq.get("policy_forward", 0.0) + seq.get("add_postings", 0.0) + seq.get("reward_metric", 0.0)
     return (f"at its best B={best['B']}, {top} takes {share:.0%} of the batched time. In the sequential loop the "
             f"policy forward and the scoring already take {fixed:.0%}: arithmetic proportional to episodes x steps "
-            f"(the policy's FLOPs over M+1 tokens, the postings added, one pass over the documents to rank), which "
+            f"(the policy's FLOPs over M+1 tokens, the postings added and merged into each top k), which "
             f"batching makes more efficient but does not remove; only the rest (per-call overhead) disappears. "
             f"Hence {best['speedup']:.1f}x over sequential here.")
 
@@ -245,7 +236,6 @@ def main() -> None:
                      "max_steps": cfg.rl_agent.max_steps_per_episode, "hidden_dim": cfg.rl_agent.hidden_dim,
                      "num_layers": cfg.rl_agent.num_layers, "embedding_dim": ws.embedder.dim,
                      "reward_k": cfg.retrieval.reward_k, "env_mode": "compact" if env.compact else "fixed_shape",
-                     "postings_width": env.postings_width,
                      "policy_parameters": sum(p.numel() for p in agent.parameters()),
                      "amp": amp.enabled, "quick": args.quick},
         "precompute_s": {"workspace": t_ws, "mining_train": t_mine, "train_split_total": t_split},

@@ -105,3 +105,44 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
                                              torch.zeros(1, emb_dim)]))
     return SimpleNamespace(coll=coll, qids=qids, texts=texts, qrels=qrels, retriever=retriever, miner=miner,
                            cands=cands, qs=qs, tables=tables, emb_dim=emb_dim)
+
+
+def reference_topk(index, terms: torch.Tensor, weights: torch.Tensor, k: int,
+                   exclude: torch.Tensor | None = None) -> torch.Tensor:
+    """Top-k ranking keys of whole queries searched from scratch: every document scored (``BM25Index.score``), a
+    row's excluded document (-1: none) dropped, each row sorted by score with ties in corpus order (a stable
+    sort), documents with a score > 0 kept; -1 padded. What the env's incremental rankings must equal."""
+    from adaptive_ir.index import ranking_keys
+
+    scores = index.score(terms, weights)
+    out = torch.full((terms.shape[0], min(k, index.num_docs)), -1, dtype=torch.long)
+    for b in range(terms.shape[0]):
+        row = scores[b].clone()
+        if exclude is not None and exclude[b] >= 0:
+            row[exclude[b]] = 0.0
+        order = torch.argsort(-row, stable=True)[: out.shape[1]]
+        order = order[row[order] > 0]
+        out[b, : len(order)] = ranking_keys(row[order], order)
+    return out
+
+
+def reference_metric(keys: torch.Tensor, relevant: list[set[int]], weights: dict[str, float]) -> torch.Tensor:
+    """Σ weight · metric of rankings given as keys (``reference_topk``), read as lists: recall = relevant documents
+    in the list / all relevant; reciprocal rank of the first relevant one."""
+    from adaptive_ir.index import key_docs
+
+    out = []
+    for row, rel in zip(key_docs(keys).tolist(), relevant):
+        top = row[: int((keys[len(out)] >= 0).sum())]
+        hits = [d in rel for d in top]
+        recall = sum(hits) / max(len(rel), 1)
+        rr = 1.0 / (hits.index(True) + 1) if any(hits) else 0.0
+        out.append(weights.get("recall", 0.0) * recall + weights.get("mrr", 0.0) * rr)
+    return torch.tensor(out)
+
+
+def relevant_sets(qs, qidx: torch.Tensor | None = None) -> list[set[int]]:
+    """The corpus positions of each query's relevant documents, as sets (from a QuerySet's ragged qrels)."""
+    ptr, docs = qs.rel_indptr.tolist(), qs.rel_docs.tolist()
+    rows = range(len(qs)) if qidx is None else qidx.tolist()
+    return [set(docs[ptr[i]:ptr[i + 1]]) for i in rows]

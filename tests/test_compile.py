@@ -67,7 +67,7 @@ def test_env_step_is_one_graph(world, mix):
         (r0, d0), (r1, d1) = envs[0].step(actions), envs[1].step(actions)
         torch.testing.assert_close(r1, r0)
         assert torch.equal(d1, d0)
-    for name in ("terms", "weights", "chosen", "alive", "metric", "scores"):
+    for name in ("terms", "weights", "chosen", "alive", "metric", "topk", "lanes"):
         torch.testing.assert_close(getattr(envs[1], name), getattr(envs[0], name))
     assert (envs[0].metric != 0).any()
 

@@ -2,8 +2,9 @@
 
 Every reward is checked against the recall / reciprocal rank of the rewritten query scored by bm25s (a separate
 BM25 implementation, fed the rewritten query's words) and ranked by numpy, with relevance read straight from the
-qrels, never from the env's tensors. The counting reward equals a sorted top-k list exactly (ties included), and
-the env's three ways of scoring a step (incremental fixed-shape, compact, whole-query re-scoring) agree.
+qrels, never from the env's tensors. The ranking each episode keeps equals the rewritten query searched from
+scratch over every document, key for key (ties included), in both modes (the CPU kernels and the accelerator
+tensor code), which give the same floats.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from adaptive_ir.env import QuerySet, ReformulationEnv, ranked_metric, search_reward
+from adaptive_ir.env import Judgements, QuerySet, ReformulationEnv
+from adaptive_ir.index import key_docs, key_scores, ranking_keys
 from adaptive_ir.policy import Agent
 from adaptive_ir.ppo import AmpContext
 from adaptive_ir.rollout import policy_step, step_counters
 
-from helpers import query_world
+from helpers import default_collection, query_world, reference_metric, reference_topk, relevant_sets
 
 NUM_QUERIES = 24
 K = 40
@@ -225,25 +227,23 @@ def test_policy_never_samples_illegal_actions(world):
 
 
 
-# ---------------------------------------------------------------------------------------------- counting = top-k
-def sorted_topk_metric(scores: torch.Tensor, rel_docs: torch.Tensor, n_rel: torch.Tensor, weights: dict[str, float],
+# ---------------------------------------------------------------------------------------------- rankings and metric
+def sorted_topk_metric(scores: torch.Tensor, relevant: list[set[int]], weights: dict[str, float],
                        k: int) -> torch.Tensor:
     """The reference: each row sorted by score with ties in corpus order (a stable sort), its first k documents
     with a score > 0 are the retrieved list; recall and reciprocal rank read off that list."""
     out = []
-    for row, rel, n in zip(scores.tolist(), rel_docs.tolist(), n_rel.tolist()):
+    for row, rel in zip(scores.tolist(), relevant):
         order = sorted(range(len(row)), key=lambda d: -row[d])[:k]  # sorted() is stable
-        top = [d for d in order if row[d] > 0]
-        rel = {d for d in rel if d >= 0}
-        hits = [d in rel for d in top]
-        recall = sum(hits) / max(n, 1)
+        hits = [d in rel for d in order if row[d] > 0]
+        recall = sum(hits) / max(len(rel), 1)
         rr = 1.0 / (hits.index(True) + 1) if any(hits) else 0.0
         out.append(weights.get("recall", 0.0) * recall + weights.get("mrr", 0.0) * rr)
     return torch.tensor(out)
 
 
 @pytest.mark.parametrize("ties", [False, True])
-def test_counting_reward_equals_the_sorted_topk_list(ties):
+def test_metric_of_ranking_keys_equals_the_sorted_topk_list(ties):
     gen = torch.Generator().manual_seed(7)
     b, n, r, k = 64, 300, 6, 20
     if ties:  # few distinct values: ties everywhere, across the cut at k and among relevant documents
@@ -251,58 +251,150 @@ def test_counting_reward_equals_the_sorted_topk_list(ties):
     else:
         scores = torch.rand(b, n, generator=gen) * (torch.rand(b, n, generator=gen) < 0.3)  # many zero scores
     scores[:4] = 0.0  # queries matching nothing
-    # distinct relevant documents per query, 0 to r of them, -1 padded
-    rel_docs = torch.stack([torch.randperm(n, generator=gen)[:r] for _ in range(b)])
-    rel_docs = torch.where(torch.rand(b, r, generator=gen) < 0.3, -1, rel_docs)
-    n_rel = (rel_docs >= 0).sum(1).float()
+    # distinct relevant documents per query, 0 to r of them (ragged)
+    relevant = [set(torch.randperm(n, generator=gen)[: int(torch.randint(0, r + 1, (1,), generator=gen))].tolist())
+                for _ in range(b)]
+    n_rel = torch.tensor([float(len(x)) for x in relevant])
+    rel_docs = torch.tensor([d for x in relevant for d in sorted(x)], dtype=torch.long)
+    rel_indptr = torch.cat([torch.zeros(1, dtype=torch.long), n_rel.long().cumsum(0)])
+    keys = torch.full((b, k), -1, dtype=torch.long)
+    for i in range(b):  # the top k of each row by (score, position), as the env keeps them
+        order = torch.argsort(-scores[i], stable=True)[:k]
+        order = order[scores[i, order] > 0]
+        keys[i, : len(order)] = ranking_keys(scores[i, order], order)
     for mix in ({"recall": 1.0}, {"mrr": 1.0}, {"recall": 0.7, "mrr": 0.3}):
-        got = ranked_metric(scores, rel_docs, n_rel, mix, k)
-        torch.testing.assert_close(got, sorted_topk_metric(scores, rel_docs, n_rel, mix, k), atol=1e-6, rtol=0)
+        got = Judgements(rel_indptr, rel_docs, n_rel, n, mix).metric(torch.arange(b), keys)
+        torch.testing.assert_close(got, sorted_topk_metric(scores, relevant, mix, k), atol=1e-6, rtol=0)
     assert (got > 0).any() and (got < 1).any()
     if ties:  # the tie rule decided some of these: a relevant document tied at the cut, in or out by position
-        kth = scores.topk(k, dim=1).values[:, -1:]
-        assert ((scores.gather(1, rel_docs.clamp(min=0)) == kth) & (rel_docs >= 0) & (kth > 0)).any()
+        kth = scores.topk(k, dim=1).values[:, -1]
+        assert any(scores[i, d] == kth[i] > 0 for i, rel in enumerate(relevant) for d in rel)
 
 
-# ---------------------------------------------------------------------------------------------- scoring modes
-def rollout_rewards(env: ReformulationEnv, qidx: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def random_rollout(env: ReformulationEnv, qidx: torch.Tensor, seed: int, check=None):
+    """Random legal actions (STOP now and then) until every episode ends; ``check(env, reward)`` after each step.
+    Returns the rewards, (steps + 1, B) with the start metric first."""
     gen = torch.Generator().manual_seed(seed)
     env.reset(qidx)
     out = [env.metric.clone()]
-    for _ in range(env.max_steps):
+    if check:
+        check(env, None)
+    while env.alive.any():
         legal = env.legal().float()
         legal[:, -1] = 0.2
-        out.append(env.step(torch.multinomial(legal, 1, generator=gen).squeeze(1))[0])
-    return torch.stack(out), env.metric
+        reward, _ = env.step(torch.multinomial(legal, 1, generator=gen).squeeze(1))
+        out.append(reward)
+        if check:
+            check(env, reward)
+    return torch.stack(out)
+
+
+def exact_check(env: ReformulationEnv, relevant, mix):
+    """After every step: the kept ranking equals the rewritten query searched from scratch, key for key (ties
+    included), and the reward is the metric difference."""
+    state = {"metric": None}
+
+    def check(e, reward):
+        want = reference_topk(e.index, e.terms, e.weights, K, e.exclude)
+        assert torch.equal(e.topk, want)
+        metric = reference_metric(want, relevant, mix)
+        torch.testing.assert_close(e.metric, metric, atol=1e-6, rtol=0)
+        if reward is not None:
+            torch.testing.assert_close(reward, metric - state["metric"], atol=1e-6, rtol=0)
+        state["metric"] = metric
+
+    return check
 
 
 @pytest.mark.parametrize("mix", [{"recall": 1.0}, {"recall": 0.7, "mrr": 0.3}])
-def test_incremental_compact_and_rescoring_modes_agree(world, mix):
+def test_kept_rankings_equal_a_search_from_scratch_in_both_modes(world, mix):
     index, qs = world.retriever.index, world.qs
-    qidx = torch.arange(0, len(qs), 2).repeat(3)[: len(qs) - 1]  # fewer episodes than queries
+    qidx = torch.arange(0, len(qs), 2).repeat(3)[: len(qs) - 1]  # fewer episodes than queries, repeats
     runs = []
-    # None: every query's first scores are kept (they fit); B × N: only the episodes' state fits, so each reset
-    # searches; 1: not even that, so every step re-scores whole queries
-    for cells in (None, len(qidx) * index.num_docs, 1):
-        for compact in (False, True):
-            env = ReformulationEnv(qs, index, 4, K, mix, expansion_weight=0.6, compact=compact, max_state_cells=cells)
-            assert (env._initial is None) == (cells is not None)
-            runs.append(rollout_rewards(env, qidx, seed=1))
-            assert (env.scores is None) == (cells == 1)
-            # the final metric is that of the final query searched from scratch
-            final = search_reward(index, env.terms, env.weights, qs.rel_docs[qidx], qs.n_rel[qidx], mix, K)
-            torch.testing.assert_close(env.metric, final, atol=1e-6, rtol=0)
-    for rewards, _ in runs[1:]:
-        torch.testing.assert_close(rewards, runs[0][0], atol=1e-6, rtol=0)
-    assert (runs[0][0][1:] != 0).any()
+    for compact in (True, False):
+        env = ReformulationEnv(qs, index, 4, K, mix, expansion_weight=0.6, compact=compact)
+        runs.append(random_rollout(env, qidx, seed=1, check=exact_check(env, relevant_sets(qs, qidx), mix)))
+    assert torch.equal(runs[0], runs[1])  # the kernels and the tensor code: the same floats
+    assert (runs[0][1:] != 0).any()
 
 
-def test_incremental_scores_equal_whole_query_scores(world):
+@pytest.fixture(scope="module")
+def tie_world():
+    """A corpus where every document appears three times (equal scores everywhere: ties decided by position),
+    with qrels on some of the copies."""
+    from adaptive_ir.candidates import CandidateMiner
+    from adaptive_ir.data import Collection, MemoryCorpus
+    from adaptive_ir.retrieval import Retriever
+
+    texts = [t for t in default_collection().doc_texts()[:300] for _ in range(3)]
+    corpus = MemoryCorpus([f"d{i}" for i in range(len(texts))], [""] * len(texts), texts)
+    coll = Collection("ties", corpus, {}, {})
+    retriever = Retriever.build(coll)
+    queries = [" ".join(t.split()[:3]) for t in texts[::17][:30]]
+    terms = retriever.encode(queries)
+    cands = CandidateMiner(retriever, top_k0=10, max_candidates=20, min_candidates=5, num_workers=1).mine(terms)
+    qrels = {f"q{i}": {f"d{3 * (i * 17 // 3) + j}": 1 for j in (1, 2)} for i in range(len(queries))}
+    rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
+    qs = QuerySet.build(list(qrels), terms, cands, rows, np.arange(len(queries)), qrels, corpus.doc_positions,
+                        retriever.index.pad_id, "cpu")
+    return qs, retriever.index
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_ties_are_decided_by_corpus_position_as_a_search_from_scratch_does(tie_world, compact):
+    qs, index = tie_world
+    mix = {"recall": 0.5, "mrr": 0.5}
+    env = ReformulationEnv(qs, index, 3, K, mix, compact=compact)
+    qidx = torch.arange(len(qs))
+    env.reset(qidx)
+    scores = key_scores(env.topk)
+    assert ((scores[:, 1:] == scores[:, :-1]) & (scores[:, 1:] > 0)).any(), "the fixture must have ties"
+    random_rollout(env, qidx, seed=4, check=exact_check(env, relevant_sets(qs), mix))
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_lanes_hold_the_current_scores_and_are_cleared_between_batches(world, compact):
     index, qs = world.retriever.index, world.qs
-    env = ReformulationEnv(qs, index, 4, K, compact=False)
-    rollout_rewards(env, torch.arange(len(qs)), seed=2)
-    assert env.postings_width == int((index.indptr[qs.cand_terms + 1] - index.indptr[qs.cand_terms]).max())
-    torch.testing.assert_close(env.scores, index.score(env.terms, env.weights), atol=1e-5, rtol=0)
+    env = ReformulationEnv(qs, index, 4, K, compact=compact)
+    random_rollout(env, torch.arange(len(qs)), seed=2)
+    b = len(qs)
+    assert torch.equal(env.lanes[:b], index.score(env.terms, env.weights))
+    # a smaller batch next: its lanes hold its own queries' scores only, the rows it does not use are zero
+    qidx = torch.arange(3, 9)
+    random_rollout(env, qidx, seed=3)
+    assert torch.equal(env.lanes[: len(qidx)], index.score(env.terms, env.weights))
+    assert not env.lanes[len(qidx):].any()
+    # a larger one than the lanes have rows: new lanes
+    env.reset(torch.arange(len(qs)).repeat(2))
+    assert env.lanes.shape[0] == 2 * len(qs)
+    assert torch.equal(env.lanes[: 2 * len(qs)], index.score(env.terms, env.weights))
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_trial_is_the_step_it_tries_and_leaves_the_episode_as_it_was(world, compact):
+    index, qs = world.retriever.index, world.qs
+    env = ReformulationEnv(qs, index, 4, K, {"recall": 0.7, "mrr": 0.3}, expansion_weight=0.5, compact=compact)
+    qidx = torch.arange(len(qs))
+    env.reset(qidx)
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        legal = env.legal().float()
+        legal[:, -1] = 0.1
+        acts = torch.multinomial(legal, 1, generator=gen).squeeze(1)
+        lanes, topk, metric = env.lanes.clone(), env.topk.clone(), env.metric.clone()
+        tried = env.trial(acts)
+        assert torch.equal(env.lanes, lanes) and torch.equal(env.topk, topk) and torch.equal(env.metric, metric)
+        reward, _ = env.step(acts)
+        torch.testing.assert_close(tried, metric + reward, atol=0, rtol=0)
+
+
+def test_ragged_qrels_hold_every_judged_document_once(world):
+    qs = world.qs
+    for i, qid in enumerate(world.qids):
+        want = {world.coll.doc_positions([d])[0] for d, g in world.qrels[qid].items() if g >= 1}
+        lo, hi = int(qs.rel_indptr[i]), int(qs.rel_indptr[i + 1])
+        assert qs.rel_docs[lo:hi].tolist() == sorted(want) and qs.n_rel[i] == len(want)
+    assert qs.rel_docs.numel() == int(qs.n_rel.sum())  # no padding
 
 
 # ---------------------------------------------------------------------------------------------- excluded documents
@@ -316,27 +408,20 @@ def test_excluded_document_is_never_retrieved_and_takes_no_rank(world):
     base = ReformulationEnv(qs, index, 2, K, mix)
     qidx = torch.arange(len(qs))
     base.reset(qidx)
-    scores = index.score(qs.terms, (qs.terms != index.pad_id).float())
     # per query: exclude its best-ranked document (relevant or not), or nothing for every third query
-    top = scores.argmax(1)
-    exclude = torch.where(qidx % 3 == 0, -1, top)
-    assert ((qidx % 3 != 0) & (scores.max(1).values > 0)).any()
-    # the reference: the excluded document's score is 0 before ranking, i.e. it is out of the corpus
-    removed = scores.clone()
+    top = key_docs(base.topk[:, 0])
+    exclude = torch.where((qidx % 3 == 0) | (base.topk[:, 0] < 0), -1, top)
     keep = exclude >= 0
-    removed[keep.nonzero().squeeze(1), exclude[keep]] = 0.0
-    expected = sorted_topk_metric(removed, qs.rel_docs, qs.n_rel, mix, K)
+    assert keep.any()
+    relevant = relevant_sets(qs)
     for compact in (False, True):
         env = ReformulationEnv(with_exclusions(qs, exclude), index, 2, K, mix, compact=compact)
-        env.reset(qidx)
-        torch.testing.assert_close(env.metric, expected, atol=1e-6, rtol=0)
-        # and it stays out after expansions (an added term's postings may include it)
-        rewards, metric = rollout_rewards(env, qidx, seed=3)
-        assert (env.scores.gather(1, exclude.clamp(min=0)[:, None]).squeeze(1)[keep] == 0).all()
-        final = search_reward(index, env.terms, env.weights, qs.rel_docs, qs.n_rel, mix, K, exclude)
-        torch.testing.assert_close(metric, final, atol=1e-6, rtol=0)
-    # excluding a relevant top document changes the reward where it was retrieved
-    rel_top = (qs.rel_docs == top[:, None]).any(1) & keep
-    assert rel_top.any() and (expected[rel_top] < base.metric[rel_top]).all()
+        random_rollout(env, qidx, seed=3, check=exact_check(env, relevant, mix))
+        assert not (key_docs(env.topk) == exclude[:, None]).any()
+    # excluding a relevant top document lowers the metric where it was retrieved
+    rel_top = torch.tensor([int(t) in r for t, r in zip(top, relevant)]) & keep
+    env = ReformulationEnv(with_exclusions(qs, exclude), index, 2, K, mix)
+    env.reset(qidx)
+    assert rel_top.any() and (env.metric[rel_top] < base.metric[rel_top]).all()
     # QuerySet.build takes the argument, default none
     assert (qs.exclude_docs == -1).all() and not qs.has_exclusions

@@ -1,5 +1,5 @@
 """BM25Index parity with bm25s (Lucene IDF) and rank-bm25 (Okapi IDF), on a hand-written corpus and on SciFact;
-weighted and padded queries; the saved (memory-mapped) index; chunked search."""
+weighted and padded queries; the saved (memory-mapped) index; the top-k search (CPU kernel and tensor code)."""
 
 from __future__ import annotations
 
@@ -128,24 +128,44 @@ def test_load_missing_or_foreign_index_is_a_data_error(tmp_path):
         BM25Index.load(tmp_path)
 
 
-def test_chunked_search_equals_one_chunk(tiny):
-    corpus, index = tiny
-    rng = np.random.default_rng(0)
-    queries = [rng.choice(len(corpus.vocab), size=rng.integers(1, 5)).tolist() for _ in range(13)]
+def _random_queries(vocab_size: int, n: int, seed: int, max_len: int = 5):
+    rng = np.random.default_rng(seed)
+    queries = [rng.choice(vocab_size, size=rng.integers(1, max_len)).tolist() for _ in range(n)]
+    queries[0] = queries[0] + queries[0]  # a repeated term counts twice
     weights = [rng.uniform(0.1, 2.0, size=len(q)).tolist() for q in queries]
+    return queries, weights
+
+
+@pytest.mark.parametrize("duplicated", [False, True])
+def test_search_equals_a_stable_sort_of_every_score(duplicated):
+    # every document twice (equal scores: ties decided by corpus position) or once; weighted and unweighted;
+    # the CPU kernel and the tensor code (accelerators), the latter in chunks of every size
+    texts = [t for t in TINY_DOCS * 3 for _ in range(2 if duplicated else 1)]
+    corpus = CorpusTerms.build([texts], Analyzer())
+    index = BM25Index.build(corpus)
+    queries, weights = _random_queries(len(corpus.vocab), 17, seed=1)
     ids, w = index.pad(queries, weights)
-    whole = index.search(ids, w, k=4, max_cells=10 ** 9)
-    for cells in (1, index.num_docs, 3 * index.num_docs):  # one query per chunk, and uneven chunks
-        chunked = index.search(ids, w, k=4, max_cells=cells)
-        assert torch.equal(chunked[0], whole[0]) and torch.equal(chunked[1], whole[1])
-    assert whole[0].shape == (13, 4)
+    for wt in (w, None):
+        scores = index.score(ids, wt)
+        order = torch.argsort(-scores, dim=1, stable=True)[:, :6]
+        want_s = scores.gather(1, order)
+        want_i = torch.where(want_s > 0, order, 0)
+        got = index.search(ids, wt, k=6)
+        assert torch.equal(got[0], want_s) and torch.equal(got[1], want_i)
+        keys = index.topk_keys(ids, wt, k=6)
+        for cells in (1, index.num_docs, 3 * index.num_docs, 10 ** 9):  # one row per chunk, uneven chunks, one
+            assert torch.equal(index.topk_keys_torch(ids, wt, k=6, max_cells=cells), keys)
+    if duplicated:
+        assert (want_s[:, 1:] == want_s[:, :-1]).any()  # ties were decided
 
 
 def test_search_k_capped_and_empty_batch(tiny):
     corpus, index = tiny
     s, i = index.search(*index.pad([corpus.vocab.encode(["fox"])]), k=1000)
     assert s.shape == (1, index.num_docs)
-    assert sorted(i[0].tolist()) == list(range(index.num_docs))
+    found = int((s[0] > 0).sum())  # the documents holding "fox", then the tail: score 0, document 0
+    assert 0 < found < index.num_docs and (s[0, found:] == 0).all() and (i[0, found:] == 0).all()
+    assert sorted(i[0, :found].tolist()) == np.flatnonzero(index.score(*index.pad([corpus.vocab.encode(["fox"])]))[0]).tolist()
     s, i = index.search(torch.empty((0, 2), dtype=torch.long), k=3)
     assert s.shape == (0, 3) and i.dtype == torch.long
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from adaptive_ir import kernels
 from adaptive_ir.cli import main
-from adaptive_ir.env import search_reward
 from adaptive_ir.oracle import oracle_rewrite
 from adaptive_ir.reformulate import Reformulator, agent_run, make_env, rrf
 from adaptive_ir.rollout import greedy_actions, greedy_rewrite
@@ -16,7 +16,7 @@ from adaptive_ir.methods import evaluate_split
 from adaptive_ir.trainer import Trainer
 from adaptive_ir.workspace import Workspace
 
-from helpers import default_collection, tiny_config
+from helpers import default_collection, reference_metric, reference_topk, relevant_sets, tiny_config
 
 
 def test_rrf_matches_hand_computation():
@@ -71,16 +71,16 @@ def test_unscored_rewrites_search_nothing_and_match_scored_ones(trained, monkeyp
     qs, tables = trainer.ws.query_set("dev", qids, texts, qrels)
     trainer.agent.use_tables(tables)
     qidx = torch.arange(len(qs))
-    index = trainer.ws.retriever.index
     searches = []
-    score = type(index).score
-    monkeypatch.setattr(type(index), "score", lambda self, *a, **k: searches.append(1) or score(self, *a, **k))
+    for name in ("lanes_start", "lanes_add"):  # every scoring the env does goes through these kernels
+        kernel = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _k=kernel: searches.append(1) or _k(*a))
     scored, unscored = make_env(cfg, trainer.ws, qs), make_env(cfg, trainer.ws, qs, scored=False)
     terms, weights = greedy_rewrite(trainer.agent, trainer.amp, scored, qidx)
     n_scored = len(searches)
     terms2, weights2 = greedy_rewrite(trainer.agent, trainer.amp, unscored, qidx)
     assert torch.equal(terms, terms2) and torch.equal(weights, weights2)
-    assert n_scored > 0 and len(searches) == n_scored and unscored.scores is None
+    assert n_scored > 0 and len(searches) == n_scored and unscored.lanes is None
 
 
 def test_reformulator_api_and_cli(trained, capsys):
@@ -109,9 +109,10 @@ def test_oracle_never_lowers_the_reward_and_bounds_the_agent(trained):
     qs, _ = ws.query_set("test", qids, texts, qrels)
     weights = {"recall": 1.0}
     terms, wts = oracle_rewrite(qs, ws.retriever.index, 5, 40, weights)
-    index = ws.retriever.index
-    final = search_reward(index, terms, wts, qs.rel_docs, qs.n_rel, weights, 40)
-    start = search_reward(index, qs.terms, (qs.terms != index.pad_id).float(), qs.rel_docs, qs.n_rel, weights, 40)
+    index, relevant = ws.retriever.index, relevant_sets(qs)
+    final = reference_metric(reference_topk(index, terms, wts, 40), relevant, weights)
+    start = reference_metric(reference_topk(index, qs.terms, (qs.terms != index.pad_id).float(), 40), relevant,
+                             weights)
     assert torch.all(final >= start - 1e-6)
     assert final.mean() > start.mean() + 0.1  # the default collection has real vocabulary mismatch
     results = evaluate_split(cfg, ws, trainer.agent, trainer.amp, "test", baselines=True, oracle=True)
@@ -137,7 +138,7 @@ def test_expansion_weighting_gives_each_added_term_its_weight(tmp_path, weightin
     added = qs.cand_valid[:, 0]
     assert added.any() and torch.allclose(env.weights[added, l0], expected[added])
     # the incremental reward is the whole rewritten query's metric minus the original query's
-    index, mix = ws.retriever.index, {"recall": 1.0}
-    start = search_reward(index, qs.terms, (qs.terms != index.pad_id).float(), qs.rel_docs, qs.n_rel, mix, 40)
-    final = search_reward(index, env.terms, env.weights, qs.rel_docs, qs.n_rel, mix, 40)
+    index, mix, relevant = ws.retriever.index, {"recall": 1.0}, relevant_sets(qs)
+    start = reference_metric(reference_topk(index, qs.terms, (qs.terms != index.pad_id).float(), 40), relevant, mix)
+    final = reference_metric(reference_topk(index, env.terms, env.weights, 40), relevant, mix)
     assert torch.allclose(reward, final - start, atol=1e-6)

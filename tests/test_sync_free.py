@@ -82,16 +82,15 @@ def test_collect_and_update_make_no_host_sync(world, amp):
     assert amp.scaler.is_enabled() == (amp.enabled and amp.dtype == torch.float16)
 
 
-def test_episode_start_without_kept_first_scores_makes_no_host_sync(world):
-    # when the QuerySet's first scores are not kept (too many queries), each reset searches q0, sized on the host
+def test_episode_start_and_step_make_no_host_sync_when_the_lanes_grow(world):
+    # a batch larger than any before makes new lanes; starting it and stepping it read nothing from the device
     _, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
-    small = ReformulationEnv(world.qs, env.index, 4, 40, env.reward_weights, compact=False,
-                             max_state_cells=8 * env.index.num_docs)
-    assert small._initial is None
+    env.reset(torch.arange(4))
     with SyncDetector():
-        small.reset(torch.arange(8))
-        small.step(torch.zeros(8, dtype=torch.long))
-    assert small.scores is not None
+        env.reset(torch.arange(len(world.qs)).repeat(2))
+        env.step(torch.zeros(2 * len(world.qs), dtype=torch.long))
+        env.trial(torch.ones(2 * len(world.qs), dtype=torch.long))
+    assert env.lanes.shape[0] == 2 * len(world.qs)
 
 
 def test_greedy_rewrite_makes_no_host_sync(world):

@@ -1,0 +1,172 @@
+"""CPU kernels (numba) for the work that follows postings: the batched top-k search and the env's score lanes.
+
+Each is one compiled pass over the postings it needs, with no per-posting temporaries; the torch code in
+``index.py`` and ``env.py`` does the same work with tensor operations on accelerators (and is checked against these
+kernels on the CPU, bit for bit). Every kernel releases the GIL, so a thread pool runs them side by side.
+
+Shared rules (see ``index.ranking_keys``): a document's score is the float32 sum of ``weight × impact`` over the
+query's slots, added in slot order (the order of the torch paths, so every path gives the same floats); a ranking
+key is ``(float32 bits of the score) << 32 | (2^32 − 1 − position)``, so keys order documents by score, then by
+lower position, and a score > 0 gives a key ≥ 2^32; -1 marks an empty slot of a ranking.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_LOW = np.int64((1 << 32) - 1)
+
+
+@njit(inline="always")
+def _key(bits: np.int32, doc: np.int64) -> np.int64:
+    """The ranking key of a document whose score has the float32 ``bits`` (read through an int32 view)."""
+    return (np.int64(bits) << np.int64(32)) + (_LOW - doc)
+
+
+@njit(nogil=True, cache=True)
+def _best_distinct(keys: np.ndarray, k: int, out: np.ndarray) -> None:
+    """``out[:]`` = the k largest distinct keys of ``keys`` (those ≥ 0), largest first, -1 padded."""
+    out[:] = -1
+    n = 0
+    for i in range(keys.shape[0]):
+        if keys[i] >= 0:
+            keys[n] = keys[i]
+            n += 1
+    if n == 0:
+        return
+    pool = keys[:n]
+    if n > 4 * k:  # a threshold first: only a few keys need sorting; a document appears at most twice, so the
+        # 2k largest keys hold the k largest distinct ones
+        pool = np.partition(pool, n - 2 * k)[n - 2 * k:]
+    pool = np.sort(pool)
+    j = 0
+    for i in range(pool.shape[0] - 1, -1, -1):
+        if j == k:
+            break
+        if j > 0 and pool[i] == out[j - 1]:
+            continue  # one document reached twice (before and after a step)
+        out[j] = pool[i]
+        j += 1
+
+
+@njit(nogil=True, cache=True)
+def search_topk(indptr, indices, data, num_docs, terms, weights, k, out):
+    """``out[r]`` = the top-k keys of query row r (terms (R, L), weights (R, L) float32; padding slots name a
+    term with no postings). One float32 accumulator over the corpus, zeroed again as each row's documents are
+    read, so the work follows the row's postings."""
+    acc = np.zeros(num_docs, np.float32)
+    acc_bits = acc.view(np.int32)
+    width = 0
+    for r in range(terms.shape[0]):
+        total = 0
+        for j in range(terms.shape[1]):
+            total += indptr[terms[r, j] + 1] - indptr[terms[r, j]]
+        width = max(width, total)
+    touched = np.empty(width, np.int64)
+    keys = np.empty(width, np.int64)
+    for r in range(terms.shape[0]):
+        n = 0
+        for j in range(terms.shape[1]):
+            t, w = terms[r, j], weights[r, j]
+            for p in range(indptr[t], indptr[t + 1]):
+                d = np.int64(indices[p])
+                touched[n] = d
+                n += 1
+                acc[d] += w * data[p]
+        m = 0
+        for i in range(n):
+            d = touched[i]
+            s = acc[d]
+            if s > 0:  # a document's first reading; later copies read the zero written below
+                keys[m] = _key(acc_bits[d], d)
+                m += 1
+            acc[d] = np.float32(0.0)
+        _best_distinct(keys[:m], k, out[r])
+
+
+@njit(nogil=True, cache=True)
+def lanes_clear(indptr, indices, lanes, rows, terms):
+    """Zero ``lanes[rows[i]]`` wherever a term of ``terms[i]`` has a posting (the cells an episode touched)."""
+    for i in range(rows.shape[0]):
+        lane = lanes[rows[i]]
+        for j in range(terms.shape[1]):
+            t = terms[i, j]
+            for p in range(indptr[t], indptr[t + 1]):
+                lane[indices[p]] = np.float32(0.0)
+
+
+@njit(nogil=True, cache=True)
+def lanes_start(indptr, indices, data, lanes, terms, weights, exclude, k, out):
+    """Score query i into the zeroed ``lanes[i]`` (slot order) and write its top-k keys to ``out[i]``; document
+    ``exclude[i]`` (-1: none) is never ranked."""
+    width = 0
+    for r in range(terms.shape[0]):
+        total = 0
+        for j in range(terms.shape[1]):
+            total += indptr[terms[r, j] + 1] - indptr[terms[r, j]]
+        width = max(width, total)
+    touched = np.empty(width, np.int64)
+    keys = np.empty(width, np.int64)
+    for r in range(terms.shape[0]):
+        lane = lanes[r]
+        bits = lane.view(np.int32)
+        n = 0
+        for j in range(terms.shape[1]):
+            t, w = terms[r, j], weights[r, j]
+            for p in range(indptr[t], indptr[t + 1]):
+                d = np.int64(indices[p])
+                touched[n] = d
+                n += 1
+                lane[d] += w * data[p]
+        m = 0
+        for i in range(n):
+            d = touched[i]
+            s = lane[d]
+            if s > 0:  # a document's first reading: it is marked read (negated) until the loop below
+                if d != exclude[r]:
+                    keys[m] = _key(bits[d], d)
+                    m += 1
+                lane[d] = -s
+        for i in range(n):
+            if lane[touched[i]] < 0:
+                lane[touched[i]] = -lane[touched[i]]
+        _best_distinct(keys[:m], k, out[r])
+
+
+@njit(nogil=True, cache=True)
+def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk, undo):
+    """Episode ``rows[i]`` adds ``terms[i]`` × ``weights[i]`` to its lane and its top-k keys ``topk[i]`` (sorted,
+    -1 padded) become those of the new scores: the old top-k, moved up, merged with the documents the term
+    touches (scores only rise, so nothing else can enter). With ``undo`` the lane is restored afterwards (a
+    trial: only ``topk`` changes)."""
+    k = topk.shape[1]
+    width = 0
+    for i in range(rows.shape[0]):
+        width = max(width, indptr[terms[i] + 1] - indptr[terms[i]])
+    pool = np.empty(width + k, np.int64)
+    saved = np.empty(width if undo else 0, np.float32)
+    for i in range(rows.shape[0]):
+        lane, t, w, kth = lanes[rows[i]], terms[i], weights[i], topk[i, k - 1]
+        bits = lane.view(np.int32)
+        n = 0
+        for p in range(indptr[t], indptr[t + 1]):
+            d = np.int64(indices[p])
+            if undo:
+                saved[p - indptr[t]] = lane[d]
+            s = lane[d] + w * data[p]
+            lane[d] = s
+            if s > 0 and d != exclude[i]:
+                key = _key(bits[d], d)
+                if key > kth:  # below the old k-th it cannot enter (the old top k only rise)
+                    pool[n] = key
+                    n += 1
+        for j in range(k):
+            if topk[i, j] >= 0:
+                d = _LOW - (topk[i, j] & _LOW)
+                pool[n] = _key(bits[d], d)
+                n += 1
+        _best_distinct(pool[:n], k, topk[i])
+        if undo:
+            for p in range(indptr[t], indptr[t + 1]):
+                lane[indices[p]] = saved[p - indptr[t]]
