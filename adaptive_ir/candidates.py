@@ -49,6 +49,9 @@ class CandidateSet:
     features: np.ndarray
     """(Q, M, F) float32 features, 0 where padded."""
     feature_names: list[str]
+    first: np.ndarray | None = None
+    """(Q, K) int64 ranking keys (``index.ranking_keys``) of each query's own BM25 top K, -1 padded, when the
+    miner was asked for them (``first_k``): its feedback search ranks them anyway, and episodes start from them."""
 
     @property
     def valid(self) -> np.ndarray:
@@ -65,7 +68,8 @@ class CandidateMiner:
     def __init__(self, retriever: Retriever, methods=("tfidf", "bm25_contrib", "rm3"), top_k0: int = 50,
                  max_candidates: int = 50, min_candidates: int = 20, min_score: float = 0.1,
                  top_k_per_method: int = 30, num_workers: int = 2, chunk_size: int = 256,
-                 stem_variants: bool = False, feedback: SemanticFeedback | None = None, progress: bool = False):
+                 stem_variants: bool = False, feedback: SemanticFeedback | None = None, progress: bool = False,
+                 first_k: int = 0):
         unknown = set(methods) - set(METHODS)
         if unknown or not methods:
             raise ValueError(f"candidate methods must be a non-empty subset of {METHODS}, got {list(methods)}")
@@ -76,6 +80,8 @@ class CandidateMiner:
         self.min_score, self.top_k_per_method = min_score, top_k_per_method
         self.num_workers, self.chunk_size = max(1, num_workers), chunk_size
         self.progress = progress
+        self.first_k = first_k
+        """Depth of each query's own BM25 ranking kept in ``CandidateSet.first`` (0: none)."""
         corpus = retriever.corpus
         df = corpus.document_frequency()
         self.idf = idf_lucene(df, corpus.num_docs)
@@ -90,7 +96,8 @@ class CandidateMiner:
                 "min_candidates": self.min_candidates, "min_score": self.min_score,
                 "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta,
                 "stem_variants": self.variants is not None,
-                "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth], "v": 1}
+                "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth],
+                "first_k": self.first_k, "v": 1}
 
     def mine(self, query_terms: list[list[int]], query_vectors: np.ndarray | None = None) -> CandidateSet:
         """Candidate sets for every query, ``chunk_size`` queries at a time (one batched feedback search each).
@@ -101,27 +108,35 @@ class CandidateMiner:
             raise ValueError("semantic feedback needs one query vector per query")
         terms = np.full((q, self.max_candidates), -1, dtype=np.int64)
         feats = np.zeros((q, self.max_candidates, len(self.feature_names)), dtype=np.float32)
+        first = np.full((q, self.first_k), -1, dtype=np.int64)
         chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
+
+        depth = self.top_k0 if self.feedback is None else max(self.top_k0, self.feedback.depth)
 
         def mine_chunk(c):
             lo, hi = c
+            ranking = self.r.rankings(query_terms[lo:hi], max(depth, self.first_k))
             return lo, hi, *self._mine_chunk(query_terms[lo:hi], None if query_vectors is None
-                                             else query_vectors[lo:hi])
+                                             else query_vectors[lo:hi], ranking), ranking[:, :self.first_k]
 
         with ThreadPoolExecutor(self.num_workers) as pool, \
                 Progress(q, "mine candidates", "query", self.progress and len(chunks) > 1) as bar:
-            for lo, hi, t, f in pool.map(mine_chunk, chunks):
+            for lo, hi, t, f, ranking in pool.map(mine_chunk, chunks):
                 terms[lo:hi], feats[lo:hi] = t, f
+                first[lo:hi, :ranking.shape[1]] = ranking
                 bar.update(hi - lo)
         empty = int((terms[:, 0] < 0).sum())
         if empty:
             log.warning("%d of %d queries have no candidate terms (no feedback docs); "
                         "the agent can only STOP on them", empty, q)
-        return CandidateSet(terms, feats, self.feature_names)
+        return CandidateSet(terms, feats, self.feature_names, first if self.first_k else None)
 
-    def _mine_chunk(self, query_terms, query_vectors):
+    def _mine_chunk(self, query_terms, query_vectors, ranking):
+        """(terms, features) of a chunk of queries; ``ranking``: their BM25 ranking keys, deep enough for the
+        feedback documents."""
         corpus = self.r.corpus
-        fb_scores, fb_idx = feedback_documents(self.r, query_terms, self.top_k0, self.feedback, query_vectors)
+        fb_scores, fb_idx = feedback_documents(self.r, query_terms, self.top_k0, self.feedback, query_vectors,
+                                               ranking)
         k0 = fb_idx.shape[1]
         has_score = fb_scores > 0  # zero-score "feedback" docs match no query term: not feedback
         inv_len = np.where(has_score, 1.0 / np.maximum(corpus.doc_len[fb_idx], 1), 0.0) / k0
@@ -224,9 +239,10 @@ def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: 
     arrays = load_arrays(folder, meta)
     if arrays is not None:
         log.info("candidates for %s: loaded from cache %s", name, folder)
-        return CandidateSet(arrays["terms"], arrays["features"], miner.feature_names)
+        return CandidateSet(arrays["terms"], arrays["features"], miner.feature_names, arrays.get("first"))
     if folder.exists():
         log.warning("candidate cache %s is incomplete or damaged; mining again", folder)
     cands = miner.mine(query_terms, query_vectors)
-    save_arrays(folder, {"terms": cands.terms, "features": cands.features}, meta)
+    extra = {} if cands.first is None else {"first": cands.first}
+    save_arrays(folder, {"terms": cands.terms, "features": cands.features, **extra}, meta)
     return cands

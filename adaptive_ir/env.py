@@ -41,7 +41,7 @@ import torch
 from . import kernels
 from .candidates import CandidateSet
 from .hostsync import allowed_sync
-from .index import POSITIVE_KEY, BM25Index, key_docs, ranking_keys, touched_topk
+from .index import POSITIVE_KEY, BM25Index, key_docs, ranking_keys
 
 @dataclass
 class QuerySet:
@@ -71,6 +71,9 @@ class QuerySet:
     """(Q, M) weight multiplier of each candidate once added to the query (1 = uniform)."""
     exclude_docs: torch.Tensor
     """(Q,) corpus position of a document that is never retrieved for that query in the reward, -1 for none."""
+    first_keys: torch.Tensor | None = None
+    """(Q, K) int64 ranking keys of each query's own BM25 top K (``CandidateSet.first``), the rankings episodes
+    start from; None: the env searches them once."""
     has_exclusions: bool = False
     """Whether any query excludes a document (host-side: the env skips the masking work when none does)."""
 
@@ -105,7 +108,8 @@ class QuerySet:
                    rel_indptr=t(rel_indptr), rel_docs=t(rel_docs), n_rel=t(n_rel, torch.float32),
                    cand_weight=t(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
                                  torch.float32),
-                   exclude_docs=t(exclude), has_exclusions=bool((exclude >= 0).any()))
+                   exclude_docs=t(exclude), has_exclusions=bool((exclude >= 0).any()),
+                   first_keys=None if cands.first is None else t(cands.first))
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -186,6 +190,12 @@ class ReformulationEnv:
         self._widest = lengths[cands].max(1) if cands.size else np.zeros(len(queries), np.int64)
         self.judged = (Judgements(queries.rel_indptr, queries.rel_docs, queries.n_rel, index.num_docs,
                                   self.reward_weights) if scored else None)
+        # each query's first ranking, one longer than k: the excluded document may be in it
+        width = min(self.k + 1, index.num_docs)
+        first = queries.first_keys
+        if scored and (first is None or first.shape[1] < width):
+            first = index.topk_keys(queries.terms, None, width)
+        self._first = first[:, :width] if scored else None
         self.lanes: torch.Tensor | None = None
         """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
         self.terms = None
@@ -220,7 +230,11 @@ class ReformulationEnv:
         # a power of two: few distinct shapes for torch.compile (each width is a graph)
         self._width = 1 << max(0, int(self._widest[host].max(initial=1)) - 1).bit_length()
         self._offsets = torch.arange(self._width, device=self.device)
-        self.topk = self._start(self._q0_postings[host])
+        self._fill(self._q0_postings[host])
+        first = self._first[self.qidx]
+        first = torch.where((key_docs(first) == self.exclude[:, None]) & (first >= 0), -1, first)
+        self.topk = torch.nn.functional.pad(first.topk(min(self.k, first.shape[1]), dim=1).values,
+                                            (0, self.k - min(self.k, first.shape[1])), value=-1)
         self.metric = self.judged.metric(self.qidx, self.topk)
 
     def _reuse_lanes(self, b: int) -> None:
@@ -237,24 +251,17 @@ class ReformulationEnv:
             else:
                 self.lanes[:used].zero_()
 
-    def _start(self, q0_postings: np.ndarray) -> torch.Tensor:
-        """Score each episode's q0 into its lane; its top-k keys."""
-        b, l0 = self.terms.shape[0], self.qs.terms.shape[1]
+    def _fill(self, q0_postings: np.ndarray) -> None:
+        """Score each episode's q0 into its lane (its ranking is the query's first one, kept)."""
+        l0 = self.qs.terms.shape[1]
         terms, weights = self.terms[:, :l0], self.weights[:, :l0]
         if self.compact:
-            out = np.full((b, self.k), -1, np.int64)
             idx = self.index
-            kernels.lanes_start(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
-                                terms.numpy(), weights.numpy(), self.exclude.numpy(), self.k, out)
-            return torch.from_numpy(out)
+            kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
+                               terms.numpy(), weights.numpy())
+            return
         row, doc, contrib = self.index.postings(terms, weights, int(q0_postings.sum()))
-        lanes = self.lanes.view(-1)
-        target = row * self.index.num_docs + doc
-        lanes.index_add_(0, target, contrib)
-        score = lanes.index_select(0, target)
-        keys = torch.where((score > 0) & (doc != self.exclude.index_select(0, row)), ranking_keys(score, doc), -1)
-        per_row = torch.from_numpy(q0_postings).to(self.device, non_blocking=True)
-        return touched_topk(keys, row, per_row, self.k, l0, int(q0_postings.max(initial=0)))
+        self.lanes.view(-1).index_add_(0, row * self.index.num_docs + doc, contrib)
 
     @property
     def chosen(self) -> torch.Tensor:

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .index import BM25Weights
+from .index import BM25Weights, key_docs, key_scores
 from .text import CorpusTerms
 
 if TYPE_CHECKING:
@@ -151,15 +151,18 @@ class SemanticFeedback:
 
 
 def feedback_documents(retriever: "Retriever", query_terms: list[list[int]], k: int,
-                       semantic: SemanticFeedback | None = None, query_vectors: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       semantic: SemanticFeedback | None = None, query_vectors: np.ndarray | None = None,
+                       ranking: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(weights, doc indices), both (Q, k): each query's feedback documents for RM1 and the candidate miner.
 
     BM25's top k weighted by their BM25 scores, or with ``semantic`` the k of BM25's top ``semantic.depth``
-    closest to the query (``query_vectors``, one per query), weighted equally."""
-    if semantic is None:
-        return retriever.search(query_terms, k=k)
-    if query_vectors is None or len(query_vectors) != len(query_terms):
+    closest to the query (``query_vectors``, one per query), weighted equally. ``ranking``: the queries' BM25
+    ranking keys (``Retriever.rankings``) when the caller has them, at least that deep."""
+    depth = k if semantic is None else max(semantic.depth, k)
+    if semantic is not None and (query_vectors is None or len(query_vectors) != len(query_terms)):
         raise ValueError("semantic feedback needs one query vector per query")
-    scores, idx = retriever.search(query_terms, k=max(semantic.depth, k))
-    return semantic.rerank(query_vectors, scores, idx, k)
+    if ranking is None:
+        ranking = retriever.rankings(query_terms, depth)
+    ranking = ranking[:, :depth]
+    scores, idx = key_scores(ranking).numpy(), key_docs(ranking).numpy()
+    return (scores, idx) if semantic is None else semantic.rerank(query_vectors, scores, idx, k)

@@ -97,41 +97,14 @@ def lanes_clear(indptr, indices, lanes, rows, terms):
 
 
 @njit(nogil=True, cache=True)
-def lanes_start(indptr, indices, data, lanes, terms, weights, exclude, k, out):
-    """Score query i into the zeroed ``lanes[i]`` (slot order) and write its top-k keys to ``out[i]``; document
-    ``exclude[i]`` (-1: none) is never ranked."""
-    width = 0
-    for r in range(terms.shape[0]):
-        total = 0
-        for j in range(terms.shape[1]):
-            total += indptr[terms[r, j] + 1] - indptr[terms[r, j]]
-        width = max(width, total)
-    touched = np.empty(width, np.int64)
-    keys = np.empty(width, np.int64)
+def lanes_fill(indptr, indices, data, lanes, terms, weights):
+    """Score query i into the zeroed ``lanes[i]``: each slot's weight × impacts added in slot order."""
     for r in range(terms.shape[0]):
         lane = lanes[r]
-        bits = lane.view(np.int32)
-        n = 0
         for j in range(terms.shape[1]):
             t, w = terms[r, j], weights[r, j]
             for p in range(indptr[t], indptr[t + 1]):
-                d = np.int64(indices[p])
-                touched[n] = d
-                n += 1
-                lane[d] += w * data[p]
-        m = 0
-        for i in range(n):
-            d = touched[i]
-            s = lane[d]
-            if s > 0:  # a document's first reading: it is marked read (negated) until the loop below
-                if d != exclude[r]:
-                    keys[m] = _key(bits[d], d)
-                    m += 1
-                lane[d] = -s
-        for i in range(n):
-            if lane[touched[i]] < 0:
-                lane[touched[i]] = -lane[touched[i]]
-        _best_distinct(keys[:m], k, out[r])
+                lane[indices[p]] += w * data[p]
 
 
 @njit(nogil=True, cache=True)

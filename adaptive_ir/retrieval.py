@@ -139,6 +139,11 @@ class Retriever:
             seen.update(dict.fromkeys(self.encode([text])[0]))
         return list(seen)
 
+    def rankings(self, queries: list[list[int]], k: int) -> torch.Tensor:
+        """Each query's BM25 top k as (Q, k) ranking keys (``index.ranking_keys``, -1 padded) on the CPU."""
+        ids, _ = self.index.pad(queries)
+        return self.index.topk_keys(ids, None, k).cpu()
+
     def search(self, queries: list[list[int]], weights: list[list[float]] | None = None,
                k: int = 100) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, doc indices) as numpy arrays for lists of term ids, in one batched call."""

@@ -64,7 +64,8 @@ class Workspace:
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
-                                    stem_variants=cm.stem_variants, feedback=self.feedback, progress=progress)
+                                    stem_variants=cm.stem_variants, feedback=self.feedback, progress=progress,
+                                    first_k=rc.reward_k + 1)  # the env's starting rankings, the excluded doc too
 
     def _semantic_feedback(self) -> SemanticFeedback:
         """The re-ranking model and every document's vector (encoded once into the cache, resumable, see

@@ -72,7 +72,7 @@ def instrumented(prof: Profile, agent, env):
     rollout_module.policy_step = prof.wrap("action_sampling", saved)
     env.judged.metric = prof.wrap("reward_metric", env.judged.metric)
     env.step, env.reset = prof.wrap("env_bookkeeping", env.step), prof.wrap("env_bookkeeping", env.reset)
-    env._start = prof.wrap("first_scores", env._start)
+    env._fill = prof.wrap("first_scores", env._fill)
     env._added = prof.wrap("add_postings", env._added)
     try:
         yield
@@ -81,7 +81,7 @@ def instrumented(prof: Profile, agent, env):
             h.remove()
         rollout_module.policy_step = saved
         del env.judged.__dict__["metric"]
-        for name in ("step", "reset", "_start", "_added"):
+        for name in ("step", "reset", "_fill", "_added"):
             del env.__dict__[name]
 
 

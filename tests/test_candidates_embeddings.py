@@ -53,6 +53,25 @@ def test_candidates_contents_and_features(world):
     assert (cands.valid.sum(1) < miner.max_candidates).any() and cands.valid.sum(1).max() <= miner.max_candidates
 
 
+def test_miner_keeps_each_querys_first_ranking_as_the_search_gives_it(world, tmp_path):
+    # the env starts its episodes from these: they must be the query's own BM25 top k, key for key, in memory
+    # and from the cache, and mining them must not change the candidates
+    from adaptive_ir.candidates import CandidateMiner, mine_cached
+
+    r = world.retriever
+    terms = r.encode(world.texts) + [[]]  # the last query matches nothing
+    miner = CandidateMiner(r, top_k0=20, max_candidates=30, min_candidates=5, min_score=0.3, top_k_per_method=20,
+                           num_workers=1, first_k=41)
+    fresh = mine_cached(miner, terms, tmp_path, "train")
+    cached = mine_cached(miner, terms, tmp_path, "train")
+    want = r.rankings(terms, 41).numpy()
+    assert np.array_equal(fresh.first, want) and np.array_equal(cached.first, want)
+    assert np.array_equal(fresh.terms[:-1], world.cands.terms)
+    assert np.array_equal(fresh.features[:-1], world.cands.features)
+    assert (want[:-1, 0] >= 0).all() and (want[-1] == -1).all()
+    assert world.cands.first is None  # not asked for, not kept
+
+
 def test_empty_feedback_query_can_only_stop(world):
     r = world.retriever
     oov = r.encode(["zzzqqq xxyyzz"])[0]

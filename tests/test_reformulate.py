@@ -72,7 +72,7 @@ def test_unscored_rewrites_search_nothing_and_match_scored_ones(trained, monkeyp
     trainer.agent.use_tables(tables)
     qidx = torch.arange(len(qs))
     searches = []
-    for name in ("lanes_start", "lanes_add"):  # every scoring the env does goes through these kernels
+    for name in ("lanes_fill", "lanes_add"):  # every scoring the env does goes through these kernels
         kernel = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _k=kernel: searches.append(1) or _k(*a))
     scored, unscored = make_env(cfg, trainer.ws, qs), make_env(cfg, trainer.ws, qs, scored=False)
