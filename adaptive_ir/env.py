@@ -134,12 +134,19 @@ class Judgements:
         self.keys = torch.cat([owner * num_docs + rel_docs,
                                torch.full((1,), torch.iinfo(torch.int64).max, device=device)])
         self.num_docs = num_docs
+        self.rel_indptr, self.rel_docs = rel_indptr, rel_docs
         self.recall_coef = weights.get("recall", 0.0) / n_rel.clamp(min=1)
         self.mrr_weight = weights.get("mrr", 0.0)
 
-    def metric(self, qidx: torch.Tensor, topk: torch.Tensor) -> torch.Tensor:
+    def metric(self, qidx: torch.Tensor, topk: torch.Tensor, kernel: bool = False) -> torch.Tensor:
         """Σ weight · metric of each ranking: 'recall' = R@k, 'mrr' = RR@k, for (B, k) ranking keys (best first,
-        -1 padded) of the queries at positions ``qidx`` (B,)."""
+        -1 padded) of the queries at positions ``qidx`` (B,). ``kernel``: the CPU kernel (``kernels.topk_metric``,
+        one call instead of a dozen small tensor operations; equal up to float rounding of the mix)."""
+        if kernel:
+            out = np.empty(topk.shape[0], np.float32)
+            kernels.topk_metric(topk.numpy(), qidx.numpy(), self.rel_indptr.numpy(), self.rel_docs.numpy(),
+                                self.recall_coef.numpy(), self.mrr_weight, out)
+            return torch.from_numpy(out)
         probe = qidx[:, None] * self.num_docs + key_docs(topk)
         hit = (self.keys[torch.searchsorted(self.keys, probe)] == probe) & (topk >= POSITIVE_KEY)
         out = hit.sum(1) * self.recall_coef[qidx]
@@ -235,7 +242,7 @@ class ReformulationEnv:
         first = torch.where((key_docs(first) == self.exclude[:, None]) & (first >= 0), -1, first)
         self.topk = torch.nn.functional.pad(first.topk(min(self.k, first.shape[1]), dim=1).values,
                                             (0, self.k - min(self.k, first.shape[1])), value=-1)
-        self.metric = self.judged.metric(self.qidx, self.topk)
+        self.metric = self.judged.metric(self.qidx, self.topk, self.compact)
 
     def _reuse_lanes(self, b: int) -> None:
         """Lanes for ``b`` episodes, zero: the last batch's cells are cleared (on the CPU only the cells its
@@ -286,7 +293,7 @@ class ReformulationEnv:
         if self.scored:
             self.topk = self._added(term, weight, expand, self.topk)
             # episodes that did not expand kept their ranking, so their metric comes out unchanged: reward 0
-            new = self.judged.metric(self.qidx, self.topk)
+            new = self.judged.metric(self.qidx, self.topk, self.compact)
             reward = new - self.metric
             self.metric = new
         else:
@@ -306,7 +313,7 @@ class ReformulationEnv:
         slot = torch.where(expand, actions, self.M)[:, None]
         term = self._cand_terms.gather(1, slot).squeeze(1)
         weight = self._cand_weight.gather(1, slot).squeeze(1)
-        return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True))
+        return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True), self.compact)
 
     # ------------------------------------------------------------------ scoring
     def _added(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor, topk: torch.Tensor,

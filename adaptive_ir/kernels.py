@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 _LOW = np.int64((1 << 32) - 1)
+_POSITIVE = np.int64(1 << 32)
 
 
 @njit(inline="always")
@@ -143,3 +144,34 @@ def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk,
         if undo:
             for p in range(indptr[t], indptr[t + 1]):
                 lane[indices[p]] = saved[p - indptr[t]]
+
+
+@njit(nogil=True, cache=True)
+def topk_metric(topk, qidx, rel_indptr, rel_docs, recall_coef, mrr_weight, out):
+    """``out[i]`` = recall_coef · (relevant documents in ranking i) + mrr_weight · (1 / rank of the first one), for
+    (B, k) ranking keys ``topk`` of the queries ``qidx`` (their relevant documents ascending in
+    ``rel_docs[rel_indptr[q]:rel_indptr[q + 1]]``); ``env.Judgements.metric`` in one pass."""
+    for i in range(topk.shape[0]):
+        q = qidx[i]
+        lo, hi = rel_indptr[q], rel_indptr[q + 1]
+        hits, first = 0, 0
+        for j in range(topk.shape[1]):
+            key = topk[i, j]
+            if key < _POSITIVE:  # sorted: nothing retrieved after this
+                break
+            d = _LOW - (key & _LOW)
+            a, b = lo, hi
+            while a < b:
+                m = (a + b) >> 1
+                if rel_docs[m] < d:
+                    a = m + 1
+                else:
+                    b = m
+            if a < hi and rel_docs[a] == d:
+                hits += 1
+                if first == 0:
+                    first = j + 1
+        v = np.float32(hits) * recall_coef[q]
+        if mrr_weight != 0 and first:
+            v += np.float32(mrr_weight) * (np.float32(1.0) / np.float32(first))
+        out[i] = v
