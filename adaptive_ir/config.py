@@ -247,6 +247,17 @@ class RetrievalConfig:
     """BM25 document-length normalisation."""
     idf: Literal["lucene", "okapi"] = "lucene"
     """IDF variant: lucene (always positive) or okapi (rank-bm25's, with its epsilon floor)."""
+    analyzer: Literal["bm25s", "lucene"] = "bm25s"
+    """Text → terms. bm25s: lowercase, bm25s' regex tokens (runs of 2+ word characters), bm25s' 33 English stopwords (reproduces
+    ../shared/datasets/BASELINES.md). lucene: Lucene's StandardTokenizer (UAX#29 words), possessive 's removed,
+    lowercase, the same 33 stopwords: Anserini's default English analyzer, less its stemmer."""
+    stemmer: Literal["none", "porter"] = "none"
+    """porter: index stems made by Lucene's PorterStemFilter (Martin Porter's reference algorithm, not Snowball's);
+    embeddings and displays then show each stem as its most frequent word in the corpus."""
+    bm25_scoring: Literal["bm25s", "lucene"] = "bm25s"
+    """bm25s: bm25s' impacts bit for bit (exact document lengths, float64 length norm). lucene: Lucene 9's
+    BM25Similarity as Anserini's -bm25 runs it (float32, document length stored in one byte, N = documents with a
+    token); needs idf: lucene."""
     reward_metric: Literal["recall", "mrr"] = "recall"
     """Reward metric when training.reward_weights is None."""
     reward_k: Count = 40
@@ -750,6 +761,14 @@ def _validate(cfg: Config, origins: _Origins) -> None:
         fail(
             "candidate_mining.min_candidates", f"{mining.min_candidates} exceeds max_candidates={mining.max_candidates}"
         )
+
+    retrieval = cfg.retrieval
+    if retrieval.bm25_scoring == "lucene" and retrieval.idf != "lucene":
+        fail("retrieval.idf", f"{retrieval.idf!r} cannot go with bm25_scoring: lucene (Lucene's BM25 has Lucene's "
+             "IDF only); set idf: lucene or bm25_scoring: bm25s")
+    if mining.stem_variants and retrieval.stemmer != "none":
+        fail("candidate_mining.stem_variants", f"the index already stems (retrieval.stemmer: {retrieval.stemmer}): "
+             "its terms are stems, so a query word has no variants to add; set stem_variants: false")
 
     agent = cfg.rl_agent
     if not agent.use_pretrained_embeddings:

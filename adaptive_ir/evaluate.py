@@ -16,6 +16,11 @@ MEASURES = [R @ 10, R @ 40, R @ 100, AP @ 40, nDCG @ 10, RR @ 10]
 """Reported measures; their names are ir-measures' own (``str(R@40) == 'R@40'``)."""
 METRIC_NAMES = [str(m) for m in MEASURES]
 
+
+def report_measures(top_k: int) -> list:
+    """MEASURES, and R@top_k when the runs go deeper than 100 (``retrieval.top_k: 1000`` gives Anserini's R@1000)."""
+    return MEASURES + ([R @ top_k] if top_k > 100 else [])
+
 Run = dict[str, dict[str, float]]
 
 
@@ -100,7 +105,7 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
 
 def format_table(results: dict[str, dict[str, float]], title: str = "") -> str:
     """A Markdown table: one row per method, one column per metric."""
-    names = [m for m in METRIC_NAMES if any(m in r for r in results.values())]
+    names = list(dict.fromkeys(m for r in results.values() for m in r))
     lines = [f"**{title}**", ""] if title else []
     lines += ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for method, r in results.items():

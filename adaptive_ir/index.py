@@ -1,11 +1,14 @@
 """BM25 as a sparse term × document impact matrix, searched for a whole batch of queries in one call.
 
 The impacts are Lucene BM25 exactly as bm25s computes them (method "lucene", same float32/float64 steps, so the
-arrays are bit-identical to ``bm25s.BM25(method="lucene").index``), built from the doc-major ``CorpusTerms`` by a
-counting sort on term ids in blocks of documents: memory is the arrays themselves plus one block. The batched
-search is ours: a gather of every posting of every query term in the batch, one ``index_add_`` into a (B, num_docs)
-score matrix, one ``topk``. It runs on whatever device the index tensors live on, so the same code serves the CPU
-and the GPU. ``indices`` (document of each posting) is int32.
+arrays are bit-identical to ``bm25s.BM25(method="lucene").index``), or with ``scoring="lucene"`` as Lucene 9's
+``BM25Similarity`` computes them (``LuceneWeights``: float32, the 1-byte length norm), built from the doc-major
+``CorpusTerms`` by a counting sort on term ids in blocks of documents: memory is the arrays themselves plus one
+block. The batched top-k search is ours and follows the postings of the query terms, never a pass over every
+document: on the CPU one compiled kernel (``kernels.search_topk``), on accelerators tensor code (a gather of every
+posting, an ``index_add_`` into a scratch of score rows, the touched cells read back and ranked). Both rank by
+``ranking_keys`` (score, then lower corpus position) and give the same keys. ``indices`` (document of each
+posting) is int32.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .progress import Progress
 from .text import CorpusTerms
 
 IDF_VARIANTS = ("lucene", "okapi")
+SCORINGS = ("bm25s", "lucene")
 _FORMAT = "adaptive-ir-bm25/2"
 _BLOCK_POSTINGS = 1 << 16
 """Postings per block of the counting sort (its temporaries take about 60 bytes per posting)."""
@@ -127,6 +131,58 @@ class BM25Weights:
         return out if self.factor is None else out * self.factor[terms]
 
 
+def _byte4_to_int(code: int) -> int:
+    """Lucene's ``SmallFloat.byte4ToInt``: a length norm byte (0..255) → the document length it stands for."""
+    if code < _NUM_FREE_VALUES:
+        return code
+    code -= _NUM_FREE_VALUES
+    bits, shift = code & 0x07, (code >> 3) - 1
+    return _NUM_FREE_VALUES + (bits if shift == -1 else (bits | 0x08) << shift)
+
+
+_NUM_FREE_VALUES = 24
+"""``SmallFloat.NUM_FREE_VALUES``: 255 − longToInt4(Integer.MAX_VALUE) (= 231); lengths below it are exact."""
+LENGTH_TABLE = np.array([_byte4_to_int(i) for i in range(256)], dtype=np.int64)
+"""``BM25Similarity.LENGTH_TABLE``: the length each norm byte decodes to (increasing)."""
+
+
+def length_norm_byte(doc_len: np.ndarray) -> np.ndarray:
+    """``SmallFloat.intToByte4``: the byte Lucene stores for a field of this many tokens. It keeps 4 significant
+    bits, i.e. rounds down to the largest decodable length, so it is a search in ``LENGTH_TABLE``."""
+    return np.searchsorted(LENGTH_TABLE, np.asarray(doc_len, np.int64), side="right") - 1
+
+
+@dataclass
+class LuceneWeights:
+    """Lucene 9's ``BM25Similarity`` (what Anserini's ``-bm25`` runs), step by step in float32 as Java computes it:
+    idf = (float) log(1 + (N − df + 0.5)/(df + 0.5)) with N the documents with at least one token; avgdl =
+    (float) (tokens / N); per norm byte, ``1f / (k1 · ((1 − b) + b · LENGTH_TABLE[byte] / avgdl))``; impact =
+    idf − idf / (1 + tf · that), the document length read back from its 1-byte norm (exact below 24 tokens, then
+    rounded down to 4 significant bits: 100 → 96)."""
+
+    k1: float
+    b: float
+    avgdl: float
+    idf: np.ndarray
+    """(vocab,) float32."""
+    norm_inverse: np.ndarray
+    """(256,) float32: BM25Similarity's per-byte cache."""
+
+    @classmethod
+    def from_df(cls, df: np.ndarray, doc_count: int, k1: float, b: float, avgdl: float) -> "LuceneWeights":
+        df = np.asarray(df, np.float64)
+        idf = np.where(df > 0, np.log(1 + (doc_count - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+        k1_, b_, avgdl_ = np.float32(k1), np.float32(b), np.float32(avgdl)
+        cache = np.float32(1) / (k1_ * ((np.float32(1) - b_) + b_ * LENGTH_TABLE.astype(np.float32) / avgdl_))
+        return cls(k1, b, avgdl, idf, cache.astype(np.float32))
+
+    def impacts(self, terms: np.ndarray, tf: np.ndarray, doc_len: np.ndarray) -> np.ndarray:
+        """float32 impacts of postings (term id, count, length of its document), as ``BM25Weights.impacts``."""
+        weight = self.idf[terms]
+        norm_inverse = self.norm_inverse[length_norm_byte(doc_len)]
+        return weight - weight / (np.float32(1) + np.asarray(tf, np.float32) * norm_inverse)
+
+
 class BM25Index:
     """BM25 impacts in CSC form: ``data[indptr[t]:indptr[t+1]]`` are term t's impacts on docs ``indices[...]``.
 
@@ -137,8 +193,7 @@ class BM25Index:
         self.num_docs = int(num_docs)
         self.meta = meta
         self.vocab_size = len(indptr) - 1
-        self.weights = BM25Weights.from_df(np.diff(np.asarray(indptr)), self.num_docs, meta["k1"], meta["b"],
-                                           meta["avgdl"], meta["idf"], meta["epsilon"])
+        self.weights = _weights(np.diff(np.asarray(indptr)), meta)
         # the padding term: one more column with no postings
         indptr = np.concatenate([np.asarray(indptr), np.asarray(indptr)[-1:]])
         with warnings.catch_warnings():
@@ -158,18 +213,29 @@ class BM25Index:
 
     @classmethod
     def build(cls, corpus: CorpusTerms, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
-              epsilon: float = 0.25, progress: bool = False) -> "BM25Index":
-        """Index the whole corpus (every document, judged or not)."""
-        if idf not in IDF_VARIANTS:
-            raise ValueError(f"idf must be one of {IDF_VARIANTS}, got {idf!r}")
+              epsilon: float = 0.25, progress: bool = False, scoring: str = "bm25s") -> "BM25Index":
+        """Index the whole corpus (every document, judged or not). ``scoring``: ``bm25s`` (its numbers) or
+        ``lucene`` (``LuceneWeights``; Lucene's IDF only)."""
+        if idf not in IDF_VARIANTS or scoring not in SCORINGS:
+            raise ValueError(f"idf must be one of {IDF_VARIANTS} and scoring one of {SCORINGS}, got {idf!r}, "
+                             f"{scoring!r}")
+        if scoring == "lucene" and idf != "lucene":
+            raise ValueError("Lucene's BM25 has Lucene's IDF only; use idf='lucene' with scoring='lucene'")
         n, v, p = corpus.num_docs, len(corpus.vocab), corpus.num_postings
         indptr = np.zeros(v + 1, dtype=np.int64)
         np.cumsum(np.bincount(corpus.terms, minlength=v), out=indptr[1:])
-        # bm25s: avgdl = np.mean of the integer lengths, i.e. their exact sum / N in float64
-        avgdl = float(corpus.doc_len.sum(dtype=np.float64)) / n if n else 1.0
         meta = {"format": _FORMAT, "k1": k1, "b": b, "idf": idf, "epsilon": epsilon, "num_docs": n,
-                "vocab_size": v, "postings": p, "avgdl": avgdl}
-        weights = BM25Weights.from_df(np.diff(indptr), n, k1, b, avgdl, idf, epsilon)
+                "vocab_size": v, "postings": p}
+        if scoring == "bm25s":
+            # bm25s: avgdl = np.mean of the integer lengths, i.e. their exact sum / N in float64
+            meta["avgdl"] = float(corpus.doc_len.sum(dtype=np.float64)) / n if n else 1.0
+        else:
+            # Lucene's docCount counts the documents with the field, i.e. with at least one token
+            doc_count = int(np.count_nonzero(corpus.doc_len))
+            total = float(corpus.doc_len.sum(dtype=np.float64))
+            meta.update(scoring=scoring, doc_count=doc_count,
+                        avgdl=float(np.float32(total / doc_count)) if doc_count else 1.0)
+        weights = _weights(np.diff(indptr), meta)
         data, indices = np.empty(p, np.float32), np.empty(p, np.int32)
         heads = indptr[:-1].copy()  # next free slot of each term's column
         with Progress(p, "index: BM25 impacts", "posting", progress and p > _BLOCK_POSTINGS) as bar:
@@ -335,7 +401,15 @@ class BM25Index:
         return cls(*arrays, num_docs=meta["num_docs"], meta=meta)
 
 
-def _place_block(corpus: CorpusTerms, weights: BM25Weights, d0: int, d1: int, heads: np.ndarray,
+def _weights(df: np.ndarray, meta: dict) -> BM25Weights | LuceneWeights:
+    """The impact formula an index's ``params.json`` describes (no ``scoring`` key: bm25s', as before it existed)."""
+    if meta.get("scoring", "bm25s") == "lucene":
+        return LuceneWeights.from_df(df, meta["doc_count"], meta["k1"], meta["b"], meta["avgdl"])
+    return BM25Weights.from_df(df, meta["num_docs"], meta["k1"], meta["b"], meta["avgdl"], meta["idf"],
+                               meta["epsilon"])
+
+
+def _place_block(corpus: CorpusTerms, weights: BM25Weights | LuceneWeights, d0: int, d1: int, heads: np.ndarray,
                  data: np.ndarray, indices: np.ndarray) -> None:
     """Counting-sort step for documents d0..d1-1: write their postings' impacts and document ids at their terms'
     next free slots (``heads``, advanced)."""
@@ -360,5 +434,5 @@ def idf_lucene(df: np.ndarray, num_docs: int) -> np.ndarray:
     return np.log1p((num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
 
 
-__all__ = ["BM25Index", "IDF_VARIANTS", "POSITIVE_KEY", "idf_lucene", "key_docs", "key_scores", "lucene_idf_bm25s",
-           "ranking_keys", "touched_topk"]
+__all__ = ["BM25Index", "IDF_VARIANTS", "POSITIVE_KEY", "SCORINGS", "LuceneWeights", "idf_lucene", "key_docs",
+           "key_scores", "length_norm_byte", "lucene_idf_bm25s", "ranking_keys", "touched_topk"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config
-from .evaluate import Run, bm25_run, drop_excluded, evaluate_run, rm3_run, write_trec_run
+from .evaluate import Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, write_trec_run
 from .oracle import oracle_run
 from .policy import Agent
 from .ppo import AmpContext
@@ -62,4 +62,5 @@ def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpCont
     qids, qrels, runs = split_runs(cfg, ws, split, agent, amp, baselines, oracle)
     if run_dir is not None:
         write_runs(run_dir, split, runs)
-    return {name: evaluate_run(qrels, run, qids=qids) for name, run in runs.items()}
+    measures = report_measures(cfg.retrieval.top_k)
+    return {name: evaluate_run(qrels, run, measures, qids=qids) for name, run in runs.items()}

@@ -51,7 +51,7 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
     gen = torch.Generator(qs.terms.device).manual_seed(seed)
     runs, added = [], [[] for _ in range(len(qs))]
     l0 = qs.terms.shape[1]
-    vocab = ws.retriever.vocab.terms
+    vocab = ws.retriever.vocab.surface
     for v in range(variants):
         scores, docs = [], []
         for lo in range(0, len(qs), batch_size):

@@ -3,7 +3,7 @@
 Built by streaming the collection's documents (``Collection.iter_doc_texts``) once, and kept on disk: one folder
 ``index-<key>/`` under the cache directory holds the BM25 arrays, the forward index and the vocabulary as ``.npy`` +
 JSON, ``params.json`` written last. The key covers the corpus content (a sha256 streamed over every document
-text), the analyzer and the BM25 parameters, so later runs, ``adaptive-ir evaluate`` and the other DDP ranks
+text), the analyzer's settings and the BM25 parameters, so later runs, ``adaptive-ir evaluate`` and the other DDP ranks
 memory-map the saved arrays instead of rebuilding them.
 """
 
@@ -48,26 +48,31 @@ class Retriever:
 
     @classmethod
     def build(cls, collection: "Collection", k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
-              device: str | torch.device = "cpu", progress: bool = False) -> "Retriever":
-        """Index every document of the collection (never only the judged ones), in memory."""
-        analyzer, digest = Analyzer(), hashlib.sha256()
+              device: str | torch.device = "cpu", progress: bool = False, analyzer: Analyzer | None = None,
+              scoring: str = "bm25s") -> "Retriever":
+        """Index every document of the collection (never only the judged ones), in memory. ``analyzer``: the
+        default ``Analyzer()`` when None; ``scoring``: see ``BM25Index.build``."""
+        analyzer, digest = analyzer or Analyzer(), hashlib.sha256()
         chunks = _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest)
         corpus = CorpusTerms.build(chunks, analyzer, collection.num_docs, progress)
-        index = BM25Index.build(corpus, k1=k1, b=b, idf=idf, progress=progress)
+        index = BM25Index.build(corpus, k1=k1, b=b, idf=idf, progress=progress, scoring=scoring)
         index.meta.update(corpus_sha256=digest.hexdigest(), analyzer=fingerprint(analyzer.identity))
+        if analyzer.settings != Analyzer().settings:
+            index.meta["analyzer_settings"] = analyzer.settings
         return cls(collection.doc_ids, analyzer, corpus, index.to(device), collection.doc_texts_at)
 
     @classmethod
     def cached(cls, collection: "Collection", cache_dir: str | Path, k1: float = 1.5, b: float = 0.75,
-               idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False) -> "Retriever":
+               idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False,
+               analyzer: Analyzer | None = None, scoring: str = "bm25s") -> "Retriever":
         """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
         when absent (or damaged). Reading the corpus once to hash it is the whole cost of a cache hit."""
-        analyzer = Analyzer()
+        analyzer = analyzer or Analyzer()
         digest = hashlib.sha256()
         with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:
             for chunk in _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest):
                 bar.update(len(chunk))
-        folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer)
+        folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer, scoring)
         if (folder / "params.json").is_file():
             try:
                 retriever = cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
@@ -75,7 +80,7 @@ class Retriever:
                 return retriever
             except (DataError, OSError, ValueError, KeyError) as e:
                 log.warning("index cache %s is damaged (%s); building it again", folder, e)
-        retriever = cls.build(collection, k1, b, idf, "cpu", progress)
+        retriever = cls.build(collection, k1, b, idf, "cpu", progress, analyzer, scoring)
         retriever.save(folder)
         log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
                  retriever.index.vocab_size, retriever.corpus.num_postings, folder)
@@ -115,7 +120,7 @@ class Retriever:
         if bad:
             raise DataError(f"{folder}: the index arrays do not match params.json ({', '.join(bad)}); "
                             "delete the folder to rebuild it")
-        return cls(doc_ids, Analyzer(), corpus, index.to(device), doc_texts)
+        return cls(doc_ids, Analyzer(**meta.get("analyzer_settings", {})), corpus, index.to(device), doc_texts)
 
     @property
     def vocab(self):
@@ -153,10 +158,12 @@ class Retriever:
 
 
 def index_folder(cache_dir: str | Path, corpus_sha256: str, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
-                 analyzer: Analyzer | None = None) -> Path:
-    """Where the index of a corpus (by content) with these settings is kept under ``cache_dir``."""
+                 analyzer: Analyzer | None = None, scoring: str = "bm25s") -> Path:
+    """Where the index of a corpus (by content) with these settings is kept under ``cache_dir`` (the default
+    scoring adds nothing to the key, so the folders of indexes built before it was a setting stay valid)."""
     identity = (analyzer or Analyzer()).identity
-    return Path(cache_dir) / f"index-{fingerprint('index', corpus_sha256, identity, k1, b, idf)}"
+    settings = (k1, b, idf) if scoring == "bm25s" else (k1, b, idf, scoring)
+    return Path(cache_dir) / f"index-{fingerprint('index', corpus_sha256, identity, *settings)}"
 
 
 def _hashing(chunks: Iterable[list[str]], digest) -> Iterator[list[str]]:

@@ -1,5 +1,11 @@
 """One analyzer and one vocabulary: the same integer term ids in the index, the miner, the env and the policy.
 
+Two analyzers: ``bm25s`` (the default: lowercase, bm25s' regex tokens, its 33 stopwords) and ``lucene`` (Lucene's
+English chain as Anserini's default analyzer runs it, ``lucene.py``), either optionally followed by Lucene's
+Porter stemmer. With a stemmer the index terms are stems, and each stem also gets a readable surface form: the
+unstemmed word it was most often made from in the corpus (``Vocabulary.surface``), which is what embeddings and
+displays use ("diseas" reads and embeds as "disease").
+
 `CorpusTerms` is the analyzed corpus as a doc-major forward index (per document: its distinct term ids and their
 counts), built from a stream of text chunks: a chunk is analyzed to term ids and reduced to compact arrays at once,
 so neither the corpus text nor per-document token lists are ever held. It is what the BM25 index is built from
@@ -20,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 from bm25s.stopwords import STOPWORDS_EN
 
+from . import lucene
 from .io import atomic_save_npy, atomic_write_bytes
 from .progress import Progress
 
@@ -36,24 +43,62 @@ _ANALYZE_CHARS = 1 << 18
 """Characters of text analyzed at once (about 40k tokens of English)."""
 
 
-class Analyzer:
-    """Lowercase, split on ``TOKEN_PATTERN``, drop stopwords.
+ANALYZERS = ("bm25s", "lucene")
+STEMMERS = ("none", "porter")
 
-    The defaults reproduce ``../shared/datasets/BASELINES.md`` exactly (bm25s' 33-word Lucene English list,
-    no stemming), so our BM25 numbers are comparable with published bm25s/rank-bm25 runs.
+
+class Analyzer:
+    """Text → index terms.
+
+    ``bm25s`` (default): lowercase, split on ``TOKEN_PATTERN``, drop stopwords; with no stemmer this reproduces
+    ``../shared/datasets/BASELINES.md`` exactly (bm25s' 33-word Lucene English list), so our BM25 numbers are
+    comparable with published bm25s/rank-bm25 runs. ``lucene``: StandardTokenizer, EnglishPossessiveFilter,
+    LowerCaseFilter and the same 33 stopwords (``lucene.py``). ``stemmer="porter"``: Lucene's PorterStemFilter last.
     """
 
-    def __init__(self, stopwords: frozenset[str] | None = None):
+    def __init__(self, stopwords: frozenset[str] | None = None, kind: str = "bm25s", stemmer: str = "none"):
+        if kind not in ANALYZERS or stemmer not in STEMMERS:
+            raise ValueError(f"analyzer must be one of {ANALYZERS} and stemmer one of {STEMMERS}, "
+                             f"got {kind!r}, {stemmer!r}")
         self.stopwords = frozenset(STOPWORDS_EN) if stopwords is None else stopwords
+        self.kind, self.stemmer = kind, stemmer
         self._token_re = re.compile(TOKEN_PATTERN)
+        self._stems: dict[str, str] = {}
+
+    def words(self, text: str) -> list[str]:
+        """The unstemmed terms of ``text`` (lower-cased, stopwords dropped)."""
+        if self.kind == "bm25s":
+            return [t for t in self._token_re.findall(text.lower()) if t not in self.stopwords]
+        return [w for w in map(lucene.normalize, lucene.standard_tokens(text)) if w and w not in self.stopwords]
+
+    def stem(self, word: str) -> str:
+        if self.stemmer == "none":
+            return word
+        out = self._stems.get(word)
+        if out is None:
+            out = self._stems[word] = lucene.porter_stem(word)
+        return out
 
     def tokenize(self, text: str) -> list[str]:
-        return [t for t in self._token_re.findall(text.lower()) if t not in self.stopwords]
+        words = self.words(text)
+        return words if self.stemmer == "none" else list(map(self.stem, words))
+
+    @property
+    def settings(self) -> dict:
+        """The constructor's settings besides the stopwords (saved with an index to rebuild its analyzer)."""
+        return {"kind": self.kind, "stemmer": self.stemmer}
 
     @property
     def identity(self) -> dict:
-        """What the analyzer's output depends on (part of the index's cache key)."""
-        return {"pattern": TOKEN_PATTERN, "lowercase": True, "stopwords": sorted(self.stopwords)}
+        """What the analyzer's output depends on (part of the index's cache key; the default's is unchanged)."""
+        if self.kind == "bm25s":
+            out = {"pattern": TOKEN_PATTERN, "lowercase": True, "stopwords": sorted(self.stopwords)}
+        else:
+            out = {"tokenizer": "lucene-standard", "max_token_length": lucene.MAX_TOKEN_LENGTH,
+                   "possessive": True, "lowercase": True, "stopwords": sorted(self.stopwords)}
+        if self.stemmer != "none":
+            out["stemmer"] = "lucene-porter"
+        return out
 
 
 class _TermTable:
@@ -109,6 +154,91 @@ class _TermTable:
         """The vocabulary: final term id → string."""
         return list(itertools.islice(self.ids, self.dropped, None))
 
+    def num_terms(self) -> int:
+        return len(self.ids) - self.dropped
+
+    def new_terms(self, start: int) -> list[str]:
+        """The terms from final id ``start`` on, read from the end of the dict (the newest keys are last)."""
+        return list(itertools.islice(reversed(self.ids), self.num_terms() - start))[::-1]
+
+
+class _StandardTable:
+    """Token → provisional id for the ``lucene`` analyzer: a token as StandardTokenizer emits it maps to the id of
+    its normalised form (possessive cut, lower-cased; -1 when it is a stopword or no Lucene token), computed the
+    first time the token is seen. Ids are in order of first occurrence of the normalised form."""
+
+    def __init__(self, analyzer: Analyzer):
+        self.words: dict[str, int] = {}
+        self.list: list[str] = []
+        stop = analyzer.stopwords
+        words, out = self.words, self.list
+
+        class Raw(dict):
+            def __missing__(self, token: str) -> int:
+                word = lucene.normalize(token)
+                if not word or word in stop:
+                    i = -1
+                else:
+                    i = words.get(word)
+                    if i is None:
+                        i = words[word] = len(out)
+                        out.append(word)
+                self[token] = i
+                return i
+
+        self.raw = Raw()
+
+    def __len__(self) -> int:
+        return len(self.list)
+
+    num_terms = __len__
+
+    def analyze(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        per_doc = list(map(lucene.standard_tokens, texts))
+        counts = np.fromiter(map(len, per_doc), dtype=np.int64, count=len(per_doc))
+        ids = np.fromiter(map(self.raw.__getitem__, itertools.chain.from_iterable(per_doc)), dtype=np.int32,
+                          count=int(counts.sum()))
+        docs = np.repeat(np.arange(len(texts)), counts)
+        keep = ids >= 0
+        return ids[keep], docs[keep]
+
+    def new_terms(self, start: int) -> list[str]:
+        return self.list[start:]
+
+    def terms(self) -> list[str]:
+        return self.list
+
+
+class _Stems:
+    """Word id → stem id as words appear, and how often each word occurs (to pick each stem's surface form)."""
+
+    def __init__(self, analyzer: Analyzer):
+        self.stem = analyzer.stem
+        self.ids: dict[str, int] = {}
+        self.of = np.zeros(0, np.int32)
+        self.count = np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def map(self, word_ids: np.ndarray, table) -> np.ndarray:
+        """Stem ids of a chunk's word ids (new words are stemmed first, in id order, so stem ids follow first
+        occurrence too)."""
+        n = table.num_terms()
+        if n > len(self.of):
+            ids = self.ids
+            new = [ids.setdefault(self.stem(w), len(ids)) for w in table.new_terms(len(self.of))]
+            self.of = np.concatenate([self.of, np.asarray(new, dtype=np.int32)])
+            self.count = np.concatenate([self.count, np.zeros(n - len(self.count), np.int64)])
+        self.count += np.bincount(word_ids, minlength=n)
+        return self.of[word_ids]
+
+    def surface(self, words: list[str]) -> list[str]:
+        """Per stem id, its most frequent word (ties: the word seen first)."""
+        order = np.lexsort((np.arange(len(self.of)), -self.count, self.of))
+        first = order[np.concatenate([[True], self.of[order][1:] != self.of[order][:-1]])] if len(order) else order
+        return [words[i] for i in first.tolist()]
+
 
 @dataclass
 class Vocabulary:
@@ -116,10 +246,17 @@ class Vocabulary:
 
     terms: list[str]
     ids: dict[str, int]
+    surface_forms: list[str] | None = None
+    """With a stemmer: per term (a stem), the unstemmed word it was most often made from in the corpus."""
 
     @classmethod
-    def from_terms(cls, terms: list[str]) -> "Vocabulary":
-        return cls(terms=terms, ids=dict(zip(terms, range(len(terms)))))
+    def from_terms(cls, terms: list[str], surface: list[str] | None = None) -> "Vocabulary":
+        return cls(terms=terms, ids=dict(zip(terms, range(len(terms)))), surface_forms=surface)
+
+    @property
+    def surface(self) -> list[str]:
+        """Readable term texts (what embeddings and displays use): the surface forms, or the terms themselves."""
+        return self.terms if self.surface_forms is None else self.surface_forms
 
     def __len__(self) -> int:
         return len(self.terms)
@@ -152,7 +289,8 @@ class CorpusTerms:
               progress: bool = False) -> "CorpusTerms":
         """Analyze a stream of chunks of document texts (corpus order). Per chunk, only its token ids live
         as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document."""
-        table = _TermTable(analyzer)
+        table = _TermTable(analyzer) if analyzer.kind == "bm25s" else _StandardTable(analyzer)
+        stems = _Stems(analyzer) if analyzer.stemmer != "none" else None
         parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": []}
         with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
             for chunk in chunks:
@@ -160,9 +298,11 @@ class CorpusTerms:
                     raise TypeError("CorpusTerms.build reads chunks (lists) of document texts, not single texts")
                 for texts in _by_size(chunk):
                     ids, docs = table.analyze(texts)
+                    if stems is not None:
+                        ids = stems.map(ids, table)
                     # one sort turns tokens into (document, term, count) triples, documents in order and terms
                     # ascending within each document
-                    width = len(table)
+                    width = len(table) if stems is None else len(stems)
                     keys, tf = np.unique(docs.astype(np.int64) * width + ids, return_counts=True)
                     doc_of = keys // width
                     parts["doc_len"].append(np.bincount(docs, minlength=len(texts)).astype(np.float32))
@@ -170,12 +310,14 @@ class CorpusTerms:
                     parts["terms"].append((keys - doc_of * width).astype(np.int32))
                     parts["tf"].append(tf.astype(np.uint16 if tf.size == 0 or tf.max() < 2 ** 16 else np.uint32))
                 bar.update(len(chunk))
-        terms = table.terms()
-        table.ids.clear()  # freed before the final vocabulary dict is made: one big dict at a time
+        terms, surface = table.terms(), None
+        if stems is not None:
+            terms, surface = list(stems.ids), stems.surface(terms)
+        table = stems = None  # freed before the final vocabulary dict is made: one big dict at a time
         distinct = _concat(parts.pop("distinct"))
         indptr = np.zeros(len(distinct) + 1, dtype=np.int64)
         np.cumsum(distinct, out=indptr[1:])
-        return cls(vocab=Vocabulary.from_terms(terms), doc_len=_concat(parts.pop("doc_len"), np.float32),
+        return cls(vocab=Vocabulary.from_terms(terms, surface), doc_len=_concat(parts.pop("doc_len"), np.float32),
                    indptr=indptr, terms=_concat(parts.pop("terms"), np.int32), tf=_concat(parts.pop("tf")))
 
     @property
@@ -221,12 +363,17 @@ class CorpusTerms:
         for name, array in zip(_ARRAYS, (self.doc_len, self.indptr, self.terms, self.tf)):
             atomic_save_npy(folder / f"{name}.npy", array)
         atomic_write_bytes(folder / "vocab.json", json.dumps(self.vocab.terms, ensure_ascii=False).encode("utf-8"))
+        if self.vocab.surface_forms is not None:
+            atomic_write_bytes(folder / "surface.json",
+                               json.dumps(self.vocab.surface_forms, ensure_ascii=False).encode("utf-8"))
 
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> "CorpusTerms":
         folder = Path(folder)
         arrays = [np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS]
-        vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")))
+        surface = folder / "surface.json"
+        vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")),
+                                      json.loads(surface.read_text(encoding="utf-8")) if surface.is_file() else None)
         return cls(vocab, *arrays)
 
 

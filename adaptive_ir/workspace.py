@@ -23,6 +23,7 @@ from .errors import DataError
 from .feedback import SemanticFeedback
 from .io import fingerprint
 from .retrieval import Retriever
+from .text import Analyzer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class Workspace:
             self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
         with self._phase("index"):
             self.retriever = Retriever.cached(self.collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf,
-                                              device=device, progress=progress)
+                                              device=device, progress=progress,
+                                              analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer),
+                                              scoring=rc.bm25_scoring)
         with self._phase("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
@@ -110,7 +113,7 @@ class Workspace:
         ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry per call would only pile up."""
         terms = self.retriever.encode(texts)
         cands = self.candidates(name, texts, terms, cache=cache_candidates)
-        vocab = self.retriever.vocab.terms
+        vocab = self.retriever.vocab.surface  # a stem is embedded (and shown) as its most frequent word
         uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
         has_pad = uniq.size and uniq[0] < 0
         term_ids = uniq[1:] if has_pad else uniq
