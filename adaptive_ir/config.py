@@ -299,6 +299,12 @@ class TrainingConfig:
     """Weight of the value loss."""
     entropy_coef: NonNegFloat = 0.01
     """Weight of the entropy bonus (the schedule's start value)."""
+    warm_start_queries: NonNegInt = 0
+    """Before PPO, fit the policy's first action on this many train queries (a seeded sample): every candidate's
+    reward is tried on the env and the expected first-step reward is maximised exactly (adaptive_ir/warmstart.py).
+    0: off (PPO from the start)."""
+    warm_start_epochs: Count = 4
+    """Passes over the warm-start queries (minibatches of training.batch_size)."""
     entropy_coef_final: NonNegFloat | None = None
     """End value of a linear entropy schedule over training; None keeps entropy_coef constant."""
     max_grad_norm: PosFloat = 0.5

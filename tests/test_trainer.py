@@ -165,3 +165,39 @@ def test_cli_train_test_writes_test_metrics(tmp_path):
         assert (tmp_path / "runs" / f"test.{method}.trec").is_file()
     assert results["bm25"] != results["rm3"]
     assert "| agent |" in (tmp_path / "test_metrics.md").read_text()
+
+
+def test_first_step_gains_are_the_rewards_of_those_first_steps(tmp_path):
+    from adaptive_ir.warmstart import first_step_gains
+
+    trainer = Trainer(tiny_config(tmp_path), progress=False, collection=default_collection())
+    env, qidx = trainer.env, torch.arange(10)
+    gains = first_step_gains(env, qidx, 4)  # batches smaller than the query list
+    for j in (0, 3, 7):
+        env.reset(qidx)
+        reward, _ = env.step(torch.full((10,), j))
+        torch.testing.assert_close(gains[:, j], reward * trainer.train_qs.cand_valid[qidx, j], atol=0, rtol=0)
+    assert (gains > 0).any() and (gains < 0).any()  # terms that help and terms that hurt
+    assert (gains[~trainer.train_qs.cand_valid[qidx]] == 0).all()
+
+
+def test_warm_start_raises_the_first_step_reward_and_is_done_once(tmp_path):
+    overrides = {"training.warm_start_queries": 48, "training.warm_start_epochs": 40, "training.num_epochs": 2,
+                 "training.eval_every": 1, "training.learning_rate": "3e-3"}
+    cfg = tiny_config(tmp_path / "a", **overrides)
+    trainer = Trainer(cfg, progress=False, collection=default_collection())
+    trainer.train()
+    (row,) = [r for r in rows(cfg) if "warm_start/expected_after" in r]
+    assert row["warm_start/queries"] == 48
+    assert row["warm_start/expected_after"] > row["warm_start/expected_before"] + 0.01
+    assert row["warm_start/greedy_after"] > row["warm_start/greedy_before"]
+    # the same seed, the same warm start and run; a resume does not warm-start again
+    again = tiny_config(tmp_path / "b", **overrides)
+    Trainer(again, progress=False, collection=default_collection()).train()
+    assert rows(again) == rows(cfg)
+    more = tiny_config(tmp_path / "a", **{**overrides, "training.num_epochs": 3})
+    resumed = Trainer(more, resume=cfg.training.checkpoint_path_dir / "last.pt", progress=False,
+                      collection=default_collection())
+    assert resumed.warm_started
+    resumed.train()
+    assert len([r for r in rows(more) if "warm_start/expected_after" in r]) == 1
