@@ -260,8 +260,10 @@ class Trainer:
         stats = warm_start(self.agent, self.optimizer, self.amp, self.env, qidx.to(self.device), gains,
                            tc.warm_start_epochs, tc.batch_size, tc.entropy_coef, tc.max_grad_norm, self.minibatch_gen)
         self.warm_started = True
-        log.info("warm start on %d train queries (every candidate tried in %.0f s, %.0f s in all): expected "
-                 "first-step reward %.4f -> %.4f, greedy %.4f -> %.4f", n, t_gains, time.perf_counter() - t0,
+        log.info("warm start on %d train queries (every candidate tried in %.0f s, %.0f s in all): reward of the "
+                 "most likely term %.4f -> %.4f (expected %.4f -> %.4f); first step, STOP included: expected %.4f -> "
+                 "%.4f, greedy %.4f -> %.4f", n, t_gains, time.perf_counter() - t0, stats["term_best_before"],
+                 stats["term_best_after"], stats["term_expected_before"], stats["term_expected_after"],
                  stats["expected_before"], stats["expected_after"], stats["greedy_before"], stats["greedy_after"])
         if monitor is not None:
             monitor.log(0, {f"warm_start/{k}": v for k, v in stats.items()})
