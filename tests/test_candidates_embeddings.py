@@ -413,3 +413,134 @@ def test_progress_logs_how_long_the_rest_will_take(monkeypatch, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "encode documents: 10000 docs at 50 docs/s (measured on the first 100): about 3 min 18 s for the "
         "remaining 9900"]
+
+
+# ------------------------------------------------------------------------------------ vectorised selection
+def _reference_select(methods, top_k_per_method, min_score, min_candidates, max_candidates, i, exclude, scores,
+                      variants):
+    """The per-query selection ``select_candidates`` replaced (CandidateMiner._select), kept as the reference."""
+    per_method, pool = {}, set()
+    for m in methods:
+        s = scores[m]
+        lo, hi = s.indptr[i], s.indptr[i + 1]
+        cols, vals = s.indices[lo:hi], s.data[lo:hi]
+        keep = np.array([c not in exclude for c in cols.tolist()], dtype=bool) if exclude else None
+        if keep is not None:
+            cols, vals = cols[keep], vals[keep]
+        if not len(cols) or vals.max() <= 0:
+            per_method[m] = {}
+            continue
+        vals = vals / vals.max()
+        per_method[m] = dict(zip(cols.tolist(), vals.tolist()))
+        top = np.lexsort((cols, -vals))[:top_k_per_method]
+        pool.update(cols[top].tolist())
+    pool |= variants
+    if not pool:
+        return (np.zeros(0, dtype=np.int64), np.zeros((0, len(methods) + 1), dtype=np.float32),
+                np.zeros(0, dtype=bool))
+    cand = np.array(sorted(pool), dtype=np.int64)
+    table = np.array([[per_method[m].get(c, 0.0) for m in methods] for c in cand.tolist()], dtype=np.float32)
+    table = np.concatenate([table, table.mean(1, keepdims=True)], axis=1)
+    is_variant = np.array([c in variants for c in cand.tolist()], dtype=bool)
+    order = np.lexsort((cand, -table[:, -1], ~is_variant))
+    cand, table, is_variant = cand[order], table[order], is_variant[order]
+    strong = int(((table[:, -1] >= min_score) | is_variant).sum())
+    keep = min(max_candidates, max(strong, min(min_candidates, len(cand))))
+    return cand[:keep], table[:keep], is_variant[:keep]
+
+
+def _reference_chunk(query_terms, scores, fb_frac, log_df, groups, methods, top_k, min_score, min_c, max_c):
+    """The per-query loop of the old CandidateMiner._mine_chunk around ``_reference_select``."""
+    n = len(query_terms)
+    width = len(methods) + 3 + (groups is not None)
+    terms = np.full((n, max_c), -1, dtype=np.int64)
+    feats = np.zeros((n, max_c, width), dtype=np.float32)
+    for i, qt in enumerate(query_terms):
+        variants = set()
+        if groups is not None:
+            for t in qt:
+                variants.update(groups.get(t, ()))
+            variants -= set(qt)
+        cols, table, is_variant = _reference_select(methods, top_k, min_score, min_c, max_c, i, set(qt), scores,
+                                                    variants)
+        if not len(cols):
+            continue
+        lo, hi = fb_frac.indptr[i], fb_frac.indptr[i + 1]
+        frac = dict(zip(fb_frac.indices[lo:hi].tolist(), fb_frac.data[lo:hi].tolist()))
+        m, k = len(cols), table.shape[1]
+        terms[i, :m] = cols
+        feats[i, :m, :k] = table
+        feats[i, :m, k] = log_df[cols]
+        feats[i, :m, k + 1] = [frac.get(c, 0.0) for c in cols.tolist()]
+        if groups is not None:
+            feats[i, :m, k + 2] = is_variant
+    return terms, feats
+
+
+def _random_scores(rng, n, vocab, tied: bool):
+    """A (n, vocab) CSR matrix with unsorted indices, explicit zeros, empty rows and (``tied``) many ties."""
+    import scipy.sparse as sp
+
+    indptr, indices, data = [0], [], []
+    for _ in range(n):
+        k = int(rng.integers(0, vocab + 1)) if rng.random() > 0.15 else 0
+        cols = rng.permutation(vocab)[:k]
+        vals = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], k) if tied else rng.random(k) * rng.choice([0.0, 1e-3, 5.0])
+        indices += cols.tolist()
+        data += vals.tolist()
+        indptr.append(len(indices))
+    return sp.csr_matrix((np.array(data), np.array(indices, np.int32), np.array(indptr)), shape=(n, vocab))
+
+
+def test_vectorised_selection_equals_the_per_query_reference():
+    from adaptive_ir.candidates import StemGroups, select_candidates
+
+    rng = np.random.default_rng(7)
+    methods = ("tfidf", "bm25_contrib", "rm3")
+    for case in range(300):
+        n, vocab = int(rng.integers(0, 12)), int(rng.integers(1, 40))
+        used = methods[: int(rng.integers(1, 4))]
+        tied = case % 2 == 0
+        scores = {m: _random_scores(rng, n, vocab, tied) for m in used}
+        fb_frac = _random_scores(rng, n, vocab, tied=True)
+        query_terms = [rng.integers(0, vocab, int(rng.integers(0, 5))).tolist() for _ in range(n)]
+        log_df = rng.random(vocab).astype(np.float32)
+        top_k = int(rng.integers(1, 8))
+        min_c, max_c = int(rng.integers(0, 10)), int(rng.integers(1, 12))
+        # thresholds on and between the normalised values (0.5/3 = 1/6, 1/3, 1/2, 2/3, 1)
+        min_score = float(rng.choice([0.0, 1 / 6, 1 / 3, 0.5, 2 / 3, 1.0, 0.3]))
+        groups = stems = None
+        if case % 3:
+            words = [f"w{int(rng.integers(0, max(1, vocab // 2)))}" for _ in range(vocab)]  # equal "stems"
+            by_word = {}
+            for t, w in enumerate(words):
+                by_word.setdefault(w, []).append(t)
+            groups = {t: g for g in by_word.values() if len(g) > 1 for t in g}
+            stems = StemGroups(*_groups_as_arrays(words))
+        want = _reference_chunk(query_terms, scores, fb_frac, log_df, groups, used, top_k, min_score, min_c, max_c)
+        got = select_candidates(query_terms, [scores[m] for m in used], fb_frac, log_df, stems, top_k, min_score,
+                                min_c, max_c)
+        assert np.array_equal(got[0], want[0]), case
+        assert np.array_equal(got[1], want[1]), case
+
+
+def _groups_as_arrays(words):
+    """StemGroups' arrays for terms whose "stems" are ``words`` (test helper, independent of Snowball)."""
+    by_word = {}
+    for t, w in enumerate(words):
+        by_word.setdefault(w, []).append(t)
+    shared = [g for g in by_word.values() if len(g) > 1]
+    group = np.full(len(words), -1, np.int64)
+    for g, members in enumerate(shared):
+        group[members] = g
+    indptr = np.concatenate([[0], np.cumsum([len(g) for g in shared])]).astype(np.int64)
+    members = np.array([t for g in shared for t in g], np.int64)
+    return group, indptr, members
+
+
+def test_stem_groups_from_snowball():
+    from adaptive_ir.candidates import StemGroups
+
+    stems = StemGroups.build(["flow", "cat", "flows", "flowing", "cats", "dog"])
+    pairs = stems.pairs(np.array([0, 0, 1, 2]), np.array([0, 5, 4, 2]), vocab=6)
+    assert pairs.tolist() == [0 * 6 + 0, 0 * 6 + 2, 0 * 6 + 3, 1 * 6 + 1, 1 * 6 + 4, 2 * 6 + 0, 2 * 6 + 2, 2 * 6 + 3]
