@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .candidates import CandidateMiner, CandidateSet, mine_cached
 from .config import Config
@@ -22,6 +21,7 @@ from .env import QuerySet
 from .errors import DataError
 from .feedback import SemanticFeedback
 from .io import fingerprint
+from .progress import Phases
 from .retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -48,19 +48,20 @@ class Workspace:
     def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
                  progress: bool = True, splits: tuple[str, ...] | None = None):
         self.cfg, self.device, self.progress = cfg, device, progress
+        self.phases = Phases(progress)
+        """Wall time of each precompute phase (and of training, which the trainer adds), peak memory."""
         cm, rc = cfg.candidate_mining, cfg.retrieval
-        with self._phase("load collection"):
+        with self.phases("load collection"):
             self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
-        with self._phase("index"):
+        with self.phases("index"):
             self.retriever = Retriever.cached(self.collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf,
                                               device=device, progress=progress)
-        with self._phase("embedding model"):
+        with self.phases("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
                                           ec.embedding_dim or cfg.rl_agent.embedding_dim, cfg.system.seed,
                                           ec.batch_size, "cuda" if device.type == "cuda" else "cpu")
-            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity,
-                                            cfg.training.embedding_cache_size)
+            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity)
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
@@ -73,40 +74,38 @@ class Workspace:
         if ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
             self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
         else:
-            with self._phase("feedback re-ranking model"):
+            with self.phases("feedback re-ranking model"):
                 self.fb_embedder = SentenceTransformerEmbedder(
                     cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
                     key="candidate_mining.reranker_path")
-            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity,
-                                           self.cfg.training.embedding_cache_size)
+            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity)
         meta = {"model": self.fb_embedder.identity, "corpus": self.retriever.corpus_sha256}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
-        vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
+        with self.phases("encode documents"):
+            vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
         return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.identity)
-
-    def _phase(self, name: str):
-        return _Phase(name, self.progress)
 
     @property
     def feature_dim(self) -> int:
         return len(self.miner.feature_names)
 
-    def feedback_vectors(self, texts: list[str]) -> np.ndarray:
-        """Query vectors of the semantic-feedback model (cached)."""
-        return self.fb_cache.encode(self.fb_embedder, list(texts))
+    def feedback_vectors(self, texts: list[str], store: bool = True) -> np.ndarray:
+        """Query vectors of the semantic-feedback model (cached unless ``store`` is False)."""
+        return self.fb_cache.encode(self.fb_embedder, list(texts), store)
 
     def candidates(self, name: str, texts: list[str], query_terms: list[list[int]],
                    cache: bool = True) -> CandidateSet:
-        vectors = None if self.feedback is None else self.feedback_vectors(texts)
+        vectors = None if self.feedback is None else self.feedback_vectors(texts, store=cache)
         cache = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
-        with self._phase(f"mine candidates ({name}, {len(query_terms)} queries)"):
+        with self.phases(f"mine {name}", f"mine candidates ({name}, {len(query_terms)} queries)"):
             return mine_cached(self.miner, query_terms, cache, name, vectors)
 
     def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
                   cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
         """Terms, candidates, embeddings and qrels of a list of queries, as device tensors.
 
-        ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry per call would only pile up."""
+        ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry (candidates, embedding tables) per
+        call would only pile up."""
         terms = self.retriever.encode(texts)
         cands = self.candidates(name, texts, terms, cache=cache_candidates)
         vocab = self.retriever.vocab.terms
@@ -117,9 +116,9 @@ class Workspace:
         # rows: real terms 0..U-1, padding → U (the zero row)
         rows = inverse.reshape(cands.terms.shape) - (1 if has_pad else 0)
         rows = np.where(cands.valid, rows, len(term_texts))
-        with self._phase(f"embed {len(texts)} queries + {len(term_texts)} terms ({name})"):
-            q_emb = self.emb_cache.encode(self.embedder, list(texts))
-            t_emb = self.emb_cache.encode(self.embedder, term_texts)
+        with self.phases(f"embed {name}", f"embed {len(texts)} queries + {len(term_texts)} terms ({name})"):
+            q_emb = self.emb_cache.encode(self.embedder, list(texts), cache_candidates)
+            t_emb = self.emb_cache.encode(self.embedder, term_texts, cache_candidates)
         log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
         t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
         weight = None
@@ -145,10 +144,11 @@ class Workspace:
             self.collection.qrels[split] = extra.qrels[split]
             self.collection.excluded[split] = extra.excluded_docs(split)
 
-    def split(self, split: str, max_queries: int | None = None, judged_only: bool = False
-              ) -> tuple[QuerySet, Tables]:
+    def split(self, split: str, max_queries: int | None = None, judged_only: bool = False,
+              sample: int | None = None) -> tuple[QuerySet, Tables]:
         """The QuerySet of a split. ``judged_only`` (training) leaves out queries with no relevant document, which
-        evaluation keeps (they score 0) but which would only add zero-reward episodes."""
+        evaluation keeps (they score 0) but which would only add zero-reward episodes. ``sample``: that many of
+        its queries, drawn with ``data.split_seed`` (so every training seed gets the same ones), in split order."""
         qids, texts, qrels = self.collection.split(split)
         if judged_only:
             keep = [i for i, q in enumerate(qids) if any(g >= 1 for g in qrels.get(q, {}).values())]
@@ -160,22 +160,7 @@ class Workspace:
             qids, texts = [qids[i] for i in keep], [texts[i] for i in keep]
         if max_queries is not None:
             qids, texts = qids[:max_queries], texts[:max_queries]
+        if sample is not None and sample < len(qids):
+            keep = np.sort(np.random.default_rng(self.cfg.split_seed).choice(len(qids), sample, replace=False))
+            qids, texts = [qids[i] for i in keep.tolist()], [texts[i] for i in keep.tolist()]
         return self.query_set(split, qids, texts, qrels)
-
-
-class _Phase:
-    """A one-line progress marker per precompute phase (tqdm, so it plays well with notebooks)."""
-
-    def __init__(self, name: str, enabled: bool):
-        self.name, self.enabled = name, enabled
-
-    def __enter__(self):
-        if self.enabled:
-            self.bar = tqdm(total=1, desc=self.name, leave=False)
-        return self
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.bar.update(1)
-            self.bar.close()
-        return False

