@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,9 @@ class CandidateMiner:
         self.stems = StemGroups.build(corpus.vocab.terms) if stem_variants else None
         if stem_variants:
             self.feature_names.append("stem_variant")
+        self.search_seconds = 0.0
+        """Time spent in feedback searches by all ``mine`` calls (summed over the worker threads): the part of
+        mining that grows with the corpus (the rest follows the feedback documents)."""
 
     def config_key(self) -> dict:
         return {"methods": self.methods, "top_k0": self.top_k0, "max_candidates": self.max_candidates,
@@ -110,11 +114,16 @@ class CandidateMiner:
             return lo, hi, *self._mine_chunk(query_terms[lo:hi], None if query_vectors is None
                                              else query_vectors[lo:hi])
 
+        searched = busy = 0.0
         with ThreadPoolExecutor(self.num_workers) as pool, \
                 Progress(q, "mine candidates", "query", self.progress and len(chunks) > 1) as bar:
-            for lo, hi, t, f in pool.map(mine_chunk, chunks):
+            for lo, hi, t, f, (search_s, chunk_s) in pool.map(mine_chunk, chunks):
                 terms[lo:hi], feats[lo:hi] = t, f
+                searched, busy = searched + search_s, busy + chunk_s
                 bar.update(hi - lo)
+        self.search_seconds += searched
+        log.info("mined %d queries: feedback search %.1f s, the rest %.1f s (summed over %d threads)", q, searched,
+                 busy - searched, self.num_workers)
         empty = int((terms[:, 0] < 0).sum())
         if empty:
             log.warning("%d of %d queries have no candidate terms (no feedback docs); "
@@ -122,8 +131,11 @@ class CandidateMiner:
         return CandidateSet(terms, feats, self.feature_names)
 
     def _mine_chunk(self, query_terms, query_vectors):
+        """(terms, features, (seconds in the feedback search, seconds in all)) of a chunk of queries."""
         corpus = self.r.corpus
+        start = time.perf_counter()
         fb_scores, fb_idx = feedback_documents(self.r, query_terms, self.top_k0, self.feedback, query_vectors)
+        searched = time.perf_counter() - start
         k0 = fb_idx.shape[1]
         has_score = fb_scores > 0  # zero-score "feedback" docs match no query term: not feedback
         inv_len = np.where(has_score, 1.0 / np.maximum(corpus.doc_len[fb_idx], 1), 0.0) / k0
@@ -136,9 +148,10 @@ class CandidateMiner:
         if "rm3" in self.methods:
             scores["rm3"] = relevance_model(corpus, fb_idx, fb_scores, rows)
         fb_frac = (rows.weights(has_score / k0) @ rows.presence()).tocsr()
-        return select_candidates(query_terms, [scores[m].tocsr() for m in self.methods], fb_frac, self.log_df,
-                                 self.stems, self.top_k_per_method, self.min_score, self.min_candidates,
-                                 self.max_candidates)
+        terms, feats = select_candidates(query_terms, [scores[m].tocsr() for m in self.methods], fb_frac, self.log_df,
+                                         self.stems, self.top_k_per_method, self.min_score, self.min_candidates,
+                                         self.max_candidates)
+        return terms, feats, (searched, time.perf_counter() - start)
 
 
 def select_candidates(query_terms: list[list[int]], scores: list[sp.csr_matrix], fb_frac: sp.csr_matrix,
