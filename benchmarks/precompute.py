@@ -48,7 +48,7 @@ def main() -> None:
         qs, tables = ws.split(split, cfg.data.max_train_queries if split == "train" else None,
                               judged_only=split == "train")
         splits[split] = {"queries": len(qs), "candidate_terms": len(tables.term_texts),
-                         "feedback_search_thread_s": round(ws.miner.search_seconds - before, 2)}
+                         "feedback_search_thread_s": round(ws.miner.search_seconds - before, 4)}
     summary = ws.phases.summary()
     payload = {
         "benchmark": "precompute", "machine": common.machine(device),
