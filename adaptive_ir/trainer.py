@@ -213,7 +213,7 @@ class Trainer:
                 self.nonfinite_total += losses["nonfinite_skipped"]
                 self.scheduler.step()
                 self.update += 1
-                elapsed = self.ws.phases.add("train", time.perf_counter() - t0)
+                elapsed = self.ws.phases.add("training", time.perf_counter() - t0)
                 row = {"charts/episodic_return": stats["return"], "charts/final_metric": stats["final_metric"],
                        "charts/episode_length": stats["length"], "charts/learning_rate": self.scheduler.get_last_lr()[0],
                        "charts/SPS": stats["steps"] / elapsed, "charts/episodes_per_s": stats["episodes"] / t_collect,

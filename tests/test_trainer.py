@@ -120,7 +120,7 @@ def test_dev_evaluated_every_so_many_episodes_on_a_fixed_sample_and_picked_on_th
     assert full["chosen"] == ("last" if full["last"] > full["sample_best"] + 1e-9 else "sample_best")
     assert same == (full["chosen"] == "last" or full["sample_best_update"] == 8)
     assert set(result["phases_s"]) >= {"load collection", "index", "embedding model", "mine train", "embed train",
-                                       "mine dev", "embed dev", "train", "dev evaluation", "dev selection"}
+                                       "mine dev", "embed dev", "training", "dev evaluation", "dev selection"}
     assert result["peak_rss_gib"] > 0
     # another training seed scores the same dev sample (drawn with data.split_seed)
     other = Trainer(tiny_config(tmp_path / "b", **{"system.seed": 7, "data.split_seed": cfg.split_seed,
@@ -221,6 +221,6 @@ def test_cli_train_test_writes_test_metrics(tmp_path):
     # run.json says how long each phase took and the peak memory (the README quotes them)
     result = json.loads((tmp_path / "run.json").read_text())["result"]
     assert set(result["phases_s"]) >= {"load collection", "index", "embedding model", "mine train", "embed train",
-                                       "mine dev", "embed dev", "train", "dev evaluation"}
+                                       "mine dev", "embed dev", "training", "dev evaluation"}
     assert all(v >= 0 for v in result["phases_s"].values()) and 0 < result["peak_rss_gib"] < 64
     assert result["updates"] == 1 and result["dev_full"] is None  # no dev sample, no final pick
