@@ -60,7 +60,8 @@ class Workspace:
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
                                           ec.embedding_dim or cfg.rl_agent.embedding_dim, cfg.system.seed,
-                                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu")
+                                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu",
+                                          cache_dir=cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
             self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity)
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,

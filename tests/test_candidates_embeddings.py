@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import pickle
 
 import numpy as np
@@ -125,6 +126,30 @@ def test_lsa_deterministic_normalised(tiny_corpus):
     np.testing.assert_allclose(norms[[0, 1, 3]], 1.0, rtol=1e-5)
     assert norms[2] == 0  # no known word: the zero vector
     assert not np.allclose(a[0], a[3])
+
+
+def test_lsa_fit_is_cached_by_corpus_content_dimension_and_seed(tiny_corpus, tmp_path, monkeypatch, caplog):
+    corpus, analyzer = tiny_corpus
+    texts = ["quick fox", "dogs and cats", "recall documents"]
+    plain = LSAEmbedder(corpus, analyzer, dim=4, seed=3)
+    fits = []
+    real = LSAEmbedder._fit
+    monkeypatch.setattr(LSAEmbedder, "_fit", staticmethod(lambda *a: fits.append(a[1:]) or real(*a)))
+    first = LSAEmbedder(corpus, analyzer, dim=4, seed=3, cache_dir=tmp_path, corpus_key="sha-a")
+    again = LSAEmbedder(corpus, analyzer, dim=4, seed=3, cache_dir=tmp_path, corpus_key="sha-a")
+    assert fits == [(4, 3)]  # the second one read the fit back
+    for emb in (first, again):
+        assert emb.identity == plain.identity and np.array_equal(emb.encode(texts), plain.encode(texts))
+    for other in ({"corpus_key": "sha-b"}, {"dim": 3}, {"seed": 4}):
+        LSAEmbedder(corpus, analyzer, **{"dim": 4, "seed": 3, "cache_dir": tmp_path, "corpus_key": "sha-a", **other})
+    assert len(fits) == 4
+    entry = next(p for p in tmp_path.glob("lsa-*") if json.loads((p / "meta.json").read_text())["seed"] == 4)
+    data = bytearray((entry / "arrays.npz").read_bytes())
+    data[-1] ^= 1
+    (entry / "arrays.npz").write_bytes(bytes(data))
+    caplog.set_level("WARNING")
+    LSAEmbedder(corpus, analyzer, dim=4, seed=4, cache_dir=tmp_path, corpus_key="sha-a")
+    assert len(fits) == 5 and "LSA cache" in caplog.text and "fitting again" in caplog.text
 
 
 class Counting:
