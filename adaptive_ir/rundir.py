@@ -32,8 +32,8 @@ package ``versions``, the ``device``, ``resumed_from`` / ``parent_run`` when it 
 ``replaced`` (where ``--overwrite`` moved the old run), ``previous``: the records of the earlier sessions of a
 resumed run (without their config), and once training has ended, ``result``: updates, best dev score, the final
 pick on the whole dev split (``dev_full``, with a dev sample), the wall time of each phase (``phases_s``: load
-collection, index, embedding model, mining and embeddings per split, training, dev evaluation, dev selection) and the
-peak memory (``peak_rss_gib``). Checkpoints carry the ``identity`` part.
+collection, index, embedding model; per split mining, embeddings and the rest of its query set; training, dev
+evaluation, dev selection) and the peak memory (``peak_rss_gib``). Checkpoints carry the ``identity`` part.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,8 +107,11 @@ class Workspace:
         """Terms, candidates, embeddings and qrels of a list of queries, as device tensors.
 
         ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry (candidates, embedding tables) per
-        call would only pile up."""
+        call would only pile up. Besides the mining and embedding phases, the time spent analysing the query texts
+        and building the tensors counts as phase ``query set <name>``."""
+        start = time.perf_counter()
         terms = self.retriever.encode(texts)
+        self.phases.add(f"query set {name}", time.perf_counter() - start)
         cands = self.candidates(name, texts, terms, cache=cache_candidates)
         vocab = self.retriever.vocab.terms
         uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
@@ -121,6 +125,7 @@ class Workspace:
             q_emb = self.emb_cache.encode(self.embedder, list(texts), cache_candidates)
             t_emb = self.emb_cache.encode(self.embedder, term_texts, cache_candidates)
         log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
+        start = time.perf_counter()
         t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
         weight = None
         if self.cfg.retrieval.expansion_weighting == "score":
@@ -132,6 +137,7 @@ class Workspace:
                             self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
+        self.phases.add(f"query set {name}", time.perf_counter() - start)
         return qs, tables
 
     def load_split(self, split: str) -> None:
