@@ -114,13 +114,13 @@ class Workspace:
         self.phases.add(f"query set {name}", time.perf_counter() - start)
         cands = self.candidates(name, texts, terms, cache=cache_candidates)
         vocab = self.retriever.vocab.terms
-        uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
-        has_pad = uniq.size and uniq[0] < 0
-        term_ids = uniq[1:] if has_pad else uniq
+        # rows: the distinct candidate terms 0..U-1 in term-id order, padding → U (the zero row); a mask over the
+        # vocabulary, not a sort of all Q × M candidates
+        present = np.zeros(len(vocab), bool)
+        present[cands.terms[cands.valid]] = True
+        term_ids = np.flatnonzero(present)
         term_texts = [vocab[t] for t in term_ids.tolist()]
-        # rows: real terms 0..U-1, padding → U (the zero row)
-        rows = inverse.reshape(cands.terms.shape) - (1 if has_pad else 0)
-        rows = np.where(cands.valid, rows, len(term_texts))
+        rows = np.where(cands.valid, (np.cumsum(present) - 1)[np.where(cands.valid, cands.terms, 0)], len(term_ids))
         with self.phases(f"embed {name}", f"embed {len(texts)} queries + {len(term_texts)} terms ({name})"):
             q_emb = self.emb_cache.encode(self.embedder, list(texts), cache_candidates)
             t_emb = self.emb_cache.encode(self.embedder, term_texts, cache_candidates)

@@ -587,3 +587,19 @@ def test_stem_groups_from_snowball():
     stems = StemGroups.build(["flow", "cat", "flows", "flowing", "cats", "dog"])
     pairs = stems.pairs(np.array([0, 0, 1, 2]), np.array([0, 5, 4, 2]), vocab=6)
     assert pairs.tolist() == [0 * 6 + 0, 0 * 6 + 2, 0 * 6 + 3, 1 * 6 + 1, 1 * 6 + 4, 2 * 6 + 0, 2 * 6 + 2, 2 * 6 + 3]
+
+
+def test_query_set_rows_point_at_each_candidates_own_embedding(tmp_path):
+    from adaptive_ir.config import load_config
+    from adaptive_ir.workspace import Workspace
+
+    cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run")})
+    ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    qs, tables = ws.split("dev")
+    valid = qs.cand_valid.numpy()
+    rows, terms = qs.cand_rows.numpy(), qs.cand_terms.numpy()
+    vocab = ws.retriever.vocab.terms
+    assert tables.term_texts == sorted(set(tables.term_texts), key=vocab.index)  # distinct, in term-id order
+    assert [tables.term_texts[r] for r in rows[valid]] == [vocab[t] for t in terms[valid]]
+    assert (rows[~valid] == len(tables.term_texts)).all() and not tables.term[-1].any()  # padding: the zero row
+    np.testing.assert_array_equal(tables.term[rows[valid]].numpy(), ws.embedder.encode([vocab[t] for t in terms[valid]]))
