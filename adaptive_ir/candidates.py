@@ -15,13 +15,16 @@ normalised method scores, the mean, log-df / log-N, and the fraction of feedback
 
 The work is one batched feedback search and a few sparse matrix products per chunk of queries, over the rows of
 the chunk's feedback documents only (read from the index's forward arrays, impacts recomputed bit-identically),
-run on a thread pool (torch, scipy's sparse products and numpy release the GIL for the heavy parts), with a
-progress bar and an up-front time estimate; ``benchmarks/rollout.py`` and ``benchmarks/scale.py`` time mining.
+then the selection as array code over the whole chunk (``select_candidates``: no Python loop over queries), run on
+a thread pool (torch, scipy's sparse products and numpy release the GIL for the heavy parts), with a progress bar
+and an up-front time estimate; ``benchmarks/rollout.py`` and ``benchmarks/scale.py`` time mining.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,15 +90,18 @@ class CandidateMiner:
         self.idf = idf_lucene(df, corpus.num_docs)
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
         self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
-        self.variants = _stem_groups(corpus.vocab.terms) if stem_variants else None
+        self.stems = StemGroups.build(corpus.vocab.terms) if stem_variants else None
         if stem_variants:
             self.feature_names.append("stem_variant")
+        self.search_seconds = 0.0
+        """Time spent in feedback searches by all ``mine`` calls (summed over the worker threads): the part of
+        mining that grows with the corpus (the rest follows the feedback documents)."""
 
     def config_key(self) -> dict:
         return {"methods": self.methods, "top_k0": self.top_k0, "max_candidates": self.max_candidates,
                 "min_candidates": self.min_candidates, "min_score": self.min_score,
                 "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta,
-                "stem_variants": self.variants is not None,
+                "stem_variants": self.stems is not None,
                 "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth],
                 "first_k": self.first_k, "v": 1}
 
@@ -115,16 +121,24 @@ class CandidateMiner:
 
         def mine_chunk(c):
             lo, hi = c
+            start = time.perf_counter()
             ranking = self.r.rankings(query_terms[lo:hi], max(depth, self.first_k))
-            return lo, hi, *self._mine_chunk(query_terms[lo:hi], None if query_vectors is None
-                                             else query_vectors[lo:hi], ranking), ranking[:, :self.first_k]
+            searched = time.perf_counter() - start
+            t, f = self._mine_chunk(query_terms[lo:hi], None if query_vectors is None else query_vectors[lo:hi],
+                                    ranking)
+            return lo, hi, t, f, ranking[:, :self.first_k], (searched, time.perf_counter() - start)
 
+        searched = busy = 0.0
         with ThreadPoolExecutor(self.num_workers) as pool, \
                 Progress(q, "mine candidates", "query", self.progress and len(chunks) > 1) as bar:
-            for lo, hi, t, f, ranking in pool.map(mine_chunk, chunks):
+            for lo, hi, t, f, ranking, (search_s, chunk_s) in pool.map(mine_chunk, chunks):
                 terms[lo:hi], feats[lo:hi] = t, f
                 first[lo:hi, :ranking.shape[1]] = ranking
+                searched, busy = searched + search_s, busy + chunk_s
                 bar.update(hi - lo)
+        self.search_seconds += searched
+        log.info("mined %d queries: feedback search %.1f s, the rest %.1f s (summed over %d threads)", q, searched,
+                 busy - searched, self.num_workers)
         empty = int((terms[:, 0] < 0).sum())
         if empty:
             log.warning("%d of %d queries have no candidate terms (no feedback docs); "
@@ -149,79 +163,163 @@ class CandidateMiner:
         if "rm3" in self.methods:
             scores["rm3"] = relevance_model(corpus, fb_idx, fb_scores, rows)
         fb_frac = (rows.weights(has_score / k0) @ rows.presence()).tocsr()
-        scores = {m: s.tocsr() for m, s in scores.items()}
-
-        n = len(query_terms)
-        terms = np.full((n, self.max_candidates), -1, dtype=np.int64)
-        feats = np.zeros((n, self.max_candidates, len(self.feature_names)), dtype=np.float32)
-        for i, qt in enumerate(query_terms):
-            cols, table, is_variant = self._select(i, set(qt), scores, self._variants(qt))
-            if not len(cols):
-                continue
-            lo, hi = fb_frac.indptr[i], fb_frac.indptr[i + 1]
-            frac = dict(zip(fb_frac.indices[lo:hi].tolist(), fb_frac.data[lo:hi].tolist()))
-            m, k = len(cols), table.shape[1]
-            terms[i, :m] = cols
-            feats[i, :m, :k] = table
-            feats[i, :m, k] = self.log_df[cols]
-            feats[i, :m, k + 1] = [frac.get(c, 0.0) for c in cols.tolist()]
-            if self.variants is not None:
-                feats[i, :m, k + 2] = is_variant
+        terms, feats = select_candidates(query_terms, [scores[m].tocsr() for m in self.methods], fb_frac, self.log_df,
+                                         self.stems, self.top_k_per_method, self.min_score, self.min_candidates,
+                                         self.max_candidates)
         return terms, feats
 
-    def _variants(self, query_terms: list[int]) -> set[int]:
-        """Other words of the vocabulary with the stem of a query word (e.g. "flows" for "flow")."""
-        if self.variants is None:
-            return set()
-        out = set()
-        for t in query_terms:
-            out.update(self.variants.get(t, ()))
-        return out - set(query_terms)
 
-    def _select(self, i: int, exclude: set[int], scores: dict[str, sp.csr_matrix], variants: set[int]):
-        """Candidate ids of query row ``i``, their (normalised method scores…, mean) table, and which are variants.
+def select_candidates(query_terms: list[list[int]], scores: list[sp.csr_matrix], fb_frac: sp.csr_matrix,
+                      log_df: np.ndarray, stems: "StemGroups | None", top_k_per_method: int, min_score: float,
+                      min_candidates: int, max_candidates: int) -> tuple[np.ndarray, np.ndarray]:
+    """(terms (Q, M) int64, -1 padded; features (Q, M, F) float32) of Q queries, from each method's (Q, vocab) term
+    scores and the (Q, vocab) fraction of feedback documents holding each term. Array code over all Q queries
+    at once (no per-query Python), so the miner's threads do not queue on the GIL.
 
-        Stem variants of the query words are always candidates (ranked first): the index does not stem, so
-        they are the most direct fix of a vocabulary mismatch, and need not occur in the feedback docs."""
-        per_method: dict[str, dict[int, float]] = {}
-        pool: set[int] = set()
-        for m in self.methods:
-            s = scores[m]
-            lo, hi = s.indptr[i], s.indptr[i + 1]
-            cols, vals = s.indices[lo:hi], s.data[lo:hi]
-            keep = np.array([c not in exclude for c in cols.tolist()], dtype=bool) if exclude else None
-            if keep is not None:
-                cols, vals = cols[keep], vals[keep]
-            if not len(cols) or vals.max() <= 0:
-                per_method[m] = {}
-                continue
-            vals = vals / vals.max()
-            per_method[m] = dict(zip(cols.tolist(), vals.tolist()))
-            top = np.lexsort((cols, -vals))[: self.top_k_per_method]
-            pool.update(cols[top].tolist())
-        pool |= variants
-        if not pool:
-            return (np.zeros(0, dtype=np.int64), np.zeros((0, len(self.methods) + 1), dtype=np.float32),
-                    np.zeros(0, dtype=bool))
-        cand = np.array(sorted(pool), dtype=np.int64)
-        table = np.array([[per_method[m].get(c, 0.0) for m in self.methods] for c in cand.tolist()],
-                         dtype=np.float32)
-        table = np.concatenate([table, table.mean(1, keepdims=True)], axis=1)
-        is_variant = np.array([c in variants for c in cand.tolist()], dtype=bool)
-        order = np.lexsort((cand, -table[:, -1], ~is_variant))
-        cand, table, is_variant = cand[order], table[order], is_variant[order]
-        # drop weak candidates, but never below min_candidates
-        strong = int(((table[:, -1] >= self.min_score) | is_variant).sum())
-        keep = min(self.max_candidates, max(strong, min(self.min_candidates, len(cand))))
-        return cand[:keep], table[:keep], is_variant[:keep]
+    Per query: each method's scores, the query's own words left out, are divided by the query's best (a method
+    whose best is ≤ 0 scores nothing); each method's ``top_k_per_method`` terms (ties: lower term id) and the
+    stem variants of the query words (``stems``; never the query words themselves) are the pool. Variants come
+    first, then the mean normalised score (descending), then the term id; terms under ``min_score`` are dropped
+    (variants never) while more than ``min_candidates`` remain, and the best ``max_candidates`` are kept.
+    Features: the normalised method scores, their mean, ``log_df``, the feedback-document fraction, and with
+    ``stems`` a 0/1 variant flag."""
+    n, vocab = fb_frac.shape
+    width = len(scores) + 3 + (stems is not None)
+    terms = np.full((n, max_candidates), -1, dtype=np.int64)
+    feats = np.zeros((n, max_candidates, width), dtype=np.float32)
+    # every (query, term) pair is one int64 key, query-major: a sorted array of keys is a set to search
+    lengths = np.fromiter(map(len, query_terms), np.int64, n)
+    q_rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    q_terms = np.fromiter(itertools.chain.from_iterable(query_terms), np.int64, int(lengths.sum()))
+    own = np.unique(q_rows * vocab + q_terms)
+    variants = np.zeros(0, np.int64) if stems is None else np.setdiff1d(stems.pairs(q_rows, q_terms, vocab), own)
+
+    keys, norms, pool = [], [], [variants]
+    for s in scores:
+        row = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
+        key, val = row * vocab + s.indices, s.data
+        keep = ~_member(key, own)
+        row, key, val = row[keep], key[keep], val[keep]
+        best = _row_max(row, val, n)
+        keep = best[row] > 0
+        row, key, val = row[keep], key[keep], val[keep]
+        norm = val / best[row]
+        pool.append(key[_top_per_row(row, key, norm, n, top_k_per_method)])
+        keys.append(key)
+        norms.append(norm)
+    cand = np.unique(np.concatenate(pool))  # sorted: by query, then term
+    if not cand.size:
+        return terms, feats
+    table = np.zeros((len(cand), len(scores)), np.float32)
+    for j, (key, norm) in enumerate(zip(keys, norms)):
+        found, at = _lookup(cand, key)
+        table[at, j] = norm[found]
+    table = np.concatenate([table, table.mean(1, keepdims=True)], axis=1)
+    is_variant = _member(cand, variants)
+    row, col = cand // vocab, cand % vocab
+    order = np.lexsort((col, -table[:, -1], ~is_variant, row))
+    row = row[order]
+    # drop weak candidates, but never below min_candidates
+    pooled = np.bincount(row, minlength=n)
+    strong = np.bincount(row, weights=(table[order, -1] >= min_score) | is_variant[order], minlength=n)
+    kept = np.minimum(max_candidates, np.maximum(strong.astype(np.int64), np.minimum(min_candidates, pooled)))
+    rank = np.arange(len(row)) - np.searchsorted(row, row)
+    sel = rank < kept[row]
+    chosen = order[sel]  # indices into cand
+    out_row, out_rank = row[sel], rank[sel]
+    k = table.shape[1]
+    terms[out_row, out_rank] = col[chosen]
+    feats[out_row, out_rank, :k] = table[chosen]
+    feats[out_row, out_rank, k] = log_df[col[chosen]]
+    slot = np.full(len(cand), -1, np.int64)  # where each candidate went in the output (-1: not kept)
+    slot[chosen] = out_row * max_candidates + out_rank
+    fb_keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(fb_frac.indptr)) * vocab + fb_frac.indices
+    found, at = _lookup(cand, fb_keys)
+    kept_fb = slot[at] >= 0
+    feats.reshape(n * max_candidates, width)[slot[at[kept_fb]], k + 1] = fb_frac.data[found[kept_fb]]
+    if stems is not None:
+        feats[out_row, out_rank, k + 2] = is_variant[chosen]
+    return terms, feats
 
 
-def _stem_groups(terms: list[str]) -> dict[int, list[int]]:
-    """term id → ids of every term with the same Snowball (Porter 2) English stem, for stems shared by two or more."""
-    groups: dict[str, list[int]] = {}
-    for i, stem in enumerate(Stemmer.Stemmer("english").stemWords(terms)):
-        groups.setdefault(stem, []).append(i)
-    return {i: g for g in groups.values() if len(g) > 1 for i in g}
+def _top_per_row(row: np.ndarray, key: np.ndarray, value: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Mask of each row's ``k`` largest values, ties broken by the smaller key (rows ascending in ``row``).
+
+    Entries above the row's k-th largest value are in; of those equal to it, the ones with the smallest keys fill
+    the row up to k. One partition of a (rows, longest row) block, no sort of all entries."""
+    counts = np.bincount(row, minlength=n)
+    if not len(row) or counts.max() <= k:
+        return np.ones(len(row), bool)
+    width = int(counts.max())
+    block = np.full((n, width), -np.inf)
+    block[row, np.arange(len(row)) - (np.cumsum(counts) - counts)[row]] = value
+    kth = np.partition(block, width - k, axis=1)[:, width - k][row]  # -inf for a row of fewer than k
+    take = value > kth
+    ties = np.flatnonzero(value == kth)
+    ties = ties[np.lexsort((key[ties], row[ties]))]
+    tie_row = row[ties]
+    need = k - np.bincount(row[take], minlength=n)
+    take[ties[np.arange(len(ties)) - np.searchsorted(tie_row, tie_row) < need[tie_row]]] = True
+    return take
+
+
+def _member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which ``keys`` are in ``sorted_set`` (sorted, unique)."""
+    if not sorted_set.size:
+        return np.zeros(len(keys), bool)
+    at = np.minimum(np.searchsorted(sorted_set, keys), len(sorted_set) - 1)
+    return sorted_set[at] == keys
+
+
+def _lookup(sorted_set: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``keys`` of those in ``sorted_set`` (sorted, unique), their positions in ``sorted_set``)."""
+    if not sorted_set.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    at = np.minimum(np.searchsorted(sorted_set, keys), len(sorted_set) - 1)
+    found = np.flatnonzero(sorted_set[at] == keys)
+    return found, at[found]
+
+
+def _row_max(row: np.ndarray, val: np.ndarray, n: int) -> np.ndarray:
+    """The largest value of each of n rows (rows ascending in ``row``); -inf for a row with none."""
+    best = np.full(n, -np.inf, dtype=val.dtype if val.size else np.float64)
+    counts = np.bincount(row, minlength=n)
+    filled = counts > 0
+    if filled.any():
+        best[filled] = np.maximum.reduceat(val, (np.cumsum(counts) - counts)[filled])
+    return best
+
+
+class StemGroups:
+    """The vocabulary's terms that share a Snowball (Porter 2) English stem with another term, as arrays:
+    ``group[t]`` is term t's group (-1: its stem is its own), whose members are
+    ``members[indptr[g]:indptr[g + 1]]``."""
+
+    def __init__(self, group: np.ndarray, indptr: np.ndarray, members: np.ndarray):
+        self.group, self.indptr, self.members = group, indptr, members
+
+    @classmethod
+    def build(cls, terms: list[str]) -> "StemGroups":
+        by_stem: dict[str, list[int]] = {}
+        for i, stem in enumerate(Stemmer.Stemmer("english").stemWords(terms)):
+            by_stem.setdefault(stem, []).append(i)
+        shared = [g for g in by_stem.values() if len(g) > 1]
+        sizes = np.fromiter(map(len, shared), np.int64, len(shared))
+        members = np.fromiter(itertools.chain.from_iterable(shared), np.int64, int(sizes.sum()))
+        indptr = np.zeros(len(shared) + 1, np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        group = np.full(len(terms), -1, np.int64)
+        group[members] = np.repeat(np.arange(len(shared)), sizes)
+        return cls(group, indptr, members)
+
+    def pairs(self, rows: np.ndarray, terms: np.ndarray, vocab: int) -> np.ndarray:
+        """Sorted unique keys ``row * vocab + v`` of every term v sharing a stem with ``terms[i]`` (itself
+        included), ``rows[i]`` being its query."""
+        g = self.group[terms]
+        rows, g = rows[g >= 0], g[g >= 0]
+        lo, size = self.indptr[g], self.indptr[g + 1] - self.indptr[g]
+        at = np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
+        return np.unique(np.repeat(rows, size) * vocab + self.members[at])
 
 
 def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: str | Path | None,

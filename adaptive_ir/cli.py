@@ -166,13 +166,13 @@ def cmd_train(args) -> int:
           f"{result['best_update']}; checkpoints in {cfg.training.checkpoint_path_dir}")
     if result["interrupted"]:
         rc = 130 if trainer.stop_signal == signal.SIGINT else 0
-        run.finish("interrupted", rc)
+        run.finish("interrupted", rc, result=result)
         print(f"interrupted: resume with --checkpoint {cfg.training.checkpoint_path_dir / 'last.pt'}")
         return rc
     if results is not None:
         print(format_table(results, f"{trainer.ws.collection.name} / test"))
         print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
-    run.finish("completed", 0)
+    run.finish("completed", 0, result=result)
     print(f"run {run.record['id']} completed: results in {cfg.training.output_dir} "
           "(run.json says what produced them)")
     return 0

@@ -129,9 +129,9 @@ def train_seed(cfg: Config, progress: bool) -> Trainer | None:
                    None if interrupted else f"{type(e).__name__}: {e}")
         raise
     if result["interrupted"]:
-        run.finish("interrupted", 130 if trainer.stop_signal == 2 else 0)
+        run.finish("interrupted", 130 if trainer.stop_signal == 2 else 0, result=result)
         raise CompareInterrupted(cfg.system.seed, trainer.stop_signal)
-    run.finish("completed", 0)
+    run.finish("completed", 0, result=result)
     atomic_write_json(done, {"config": config_to_dict(cfg), "result": result,
                              "init_from_sha256": trainer.init_sha256})
     return trainer

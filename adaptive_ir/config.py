@@ -334,9 +334,22 @@ class TrainingConfig:
     save_freq: Count = 5
     """Checkpoint every N updates."""
     eval_every: Count = 5
-    """Evaluate on dev every N updates."""
+    """Evaluate on dev every N updates (unless eval_every_episodes is set)."""
+    eval_every_episodes: Count | None = None
+    """Evaluate on dev each time this many more training episodes (over all processes) have been collected, and
+    after the last update; None: every eval_every updates. Episodes, unlike updates, mean the same work whatever
+    episodes_per_update is."""
+    dev_subsample: Count | None = None
+    """Dev queries scored by the evaluations during training: a fixed sample drawn with data.split_seed (the same
+    for every training seed); None: the whole dev split. With a sample, after the last update the sample's best
+    checkpoint and the last model are scored on the whole dev split and the better is kept as best.pt (both
+    figures go to the log and the trainer's result). For large dev splits (WikiCAR: 4,194 queries)."""
     early_stopping_patience: NonNegInt = 10
-    """Stop after this many dev evaluations without improvement; 0 disables early stopping."""
+    """Stop after this many dev evaluations without improvement; 0 disables early stopping. Not used when
+    early_stopping_patience_episodes is set."""
+    early_stopping_patience_episodes: Count | None = None
+    """Stop at the first dev evaluation that comes this many training episodes or more after the best one so
+    far; None: early_stopping_patience counts evaluations instead."""
     log_dir: str | None = None
     """JSONL and TensorBoard logs; None = <output_dir>/logs."""
     log_freq: Count = 10
@@ -344,7 +357,9 @@ class TrainingConfig:
     buffer_size: Count = 50000
     """Most transitions the rollout buffer may hold; episodes_per_update × max_steps_per_episode must fit."""
     embedding_cache_size: Count = 200000
-    """Most rows kept in the on-disk embedding cache."""
+    """Accepted from the seed, unused (a warning says so): the embedding cache keeps whole tables (a split's
+    queries, its candidate terms), keyed by their texts, and drops none, so a run never re-encodes what it
+    needs."""
     search_cache_size: NonNegInt = 10000
     """Accepted from the seed, unused (a warning says so): rewards are computed on the device at every step
     (incrementally, see adaptive_ir/env.py); a host-side cache would need a device read per step."""
@@ -842,6 +857,12 @@ def _warn_unused(cfg: Config, origins: _Origins) -> None:
             f"; not among them: {', '.join(f'{m} ({ir})' for m, ir in missing.items())}: compute those from the "
             "run files written under <output_dir>/runs, e.g. `ir_measures <qrels> <run> "
             f"'{' '.join(missing.values())}'`" if missing else "",
+        )
+    if "training.embedding_cache_size" in origins.given:
+        log.warning(
+            "%s: training.embedding_cache_size: not used — the embedding cache keeps one table per split's queries "
+            "and terms, keyed by their texts, with no row limit (a run never re-encodes what it needs)",
+            origins.line("training.embedding_cache_size"),
         )
     if "training.search_cache_size" in origins.given:
         log.warning(

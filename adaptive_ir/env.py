@@ -90,13 +90,15 @@ class QuerySet:
         terms = np.full((q, width), pad_id, dtype=np.int64)
         for i, t in enumerate(query_terms):
             terms[i, : len(t)] = t
-        rel = []
-        for qid in qids:
-            pos = doc_positions([d for d, g in (qrels or {}).get(qid, {}).items() if g >= 1])
-            rel.append(np.unique(pos[pos >= 0]).astype(np.int64))
-        n_rel = np.array([len(r) for r in rel], np.int64)
+        # every judged pair at once (one id lookup for the whole split), then sorted and deduplicated per query
+        judged = [[d for d, g in (qrels or {}).get(qid, {}).items() if g >= 1] for qid in qids]
+        owner = np.repeat(np.arange(q, dtype=np.int64), [len(j) for j in judged])
+        pos = np.asarray(doc_positions([d for j in judged for d in j]), np.int64).reshape(-1)
+        span = int(pos.max(initial=0)) + 1
+        pairs = np.unique(owner[pos >= 0] * span + pos[pos >= 0])
+        rel_docs = (pairs % span).astype(np.int64)
+        n_rel = np.bincount(pairs // span, minlength=q).astype(np.int64)
         rel_indptr = np.concatenate([[0], np.cumsum(n_rel)]).astype(np.int64)
-        rel_docs = np.concatenate(rel) if rel else np.zeros(0, np.int64)
         exclude = np.full(q, -1, np.int64) if exclude_docs is None else np.asarray(exclude_docs, np.int64)
         if exclude.shape != (q,):
             raise ValueError(f"exclude_docs must have one entry per query ({q}), got shape {exclude.shape}")

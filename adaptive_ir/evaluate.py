@@ -97,7 +97,7 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
     fb_scores, fb_idx = feedback_documents(retriever, terms, fb_docs, feedback, query_vectors)
     rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
     # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does
-    order = [retriever.first_occurrences(i[w > 0]) for i, w in zip(fb_idx, fb_scores)]
+    order = retriever.first_occurrences([i[w > 0] for i, w in zip(fb_idx, fb_scores)])
     exp_terms, exp_weights = rm3_queries(terms, rm1, fb_terms, orig_weight, order)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)
     return to_run(qids, retriever.doc_ids, scores, idx)

@@ -1,12 +1,17 @@
-"""Progress of the long precomputes (tokenizing a corpus, mining candidates, encoding documents).
+"""Progress of the long precomputes (tokenizing a corpus, mining candidates, encoding documents), and where a
+run's time and memory went.
 
 A tqdm.auto bar (items/s, ETA) for people watching, and one log line after the first chunk saying how long the
-whole job will take at the rate just measured, for people reading a log of a run that lasts hours.
+whole job will take at the rate just measured, for people reading a log of a run that lasts hours. `Phases`
+records each phase's wall time and the process's peak memory, for the log and the run's JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import resource
+import sys
 import time
 
 from tqdm.auto import tqdm
@@ -56,3 +61,40 @@ class Progress:
     def __exit__(self, *exc) -> bool:
         self.close()
         return False
+
+
+def peak_rss_gib() -> float:
+    """The most memory this process has held resident so far (``ru_maxrss``), in GiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**30 if sys.platform == "darwin" else peak / 2**20  # bytes on macOS, KiB on Linux
+
+
+class Phases:
+    """Wall time per named phase of a run (load collection, index, mining per split, ...), summed when a phase
+    runs more than once, each logged as it ends with the peak memory so far."""
+
+    def __init__(self, progress: bool = True):
+        self.seconds: dict[str, float] = {}
+        self.progress = progress
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, desc: str | None = None):
+        """Time the block as phase ``name``; ``desc`` (default: the name) labels its one-line progress marker."""
+        bar = tqdm(total=1, desc=desc or name, leave=False, disable=not self.progress)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            bar.update(1)
+            bar.close()
+        seconds = self.add(name, time.perf_counter() - start)
+        log.info("phase %s: %s (peak RSS %.2f GiB)", desc or name, duration(seconds), peak_rss_gib())
+
+    def add(self, name: str, seconds: float) -> float:
+        """Count ``seconds`` more for phase ``name`` (for work timed elsewhere, e.g. each training update)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        return seconds
+
+    def summary(self) -> dict:
+        """``{"phases_s": {name: seconds}, "peak_rss_gib": ...}`` for the run's JSON."""
+        return {"phases_s": {k: round(v, 2) for k, v in self.seconds.items()}, "peak_rss_gib": round(peak_rss_gib(), 3)}

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,14 +135,22 @@ class Retriever:
         """Query texts → term ids (with repeats, as BM25 counts them); unknown words dropped."""
         return [self.vocab.encode(self.analyzer.tokenize(t)) for t in texts]
 
-    def first_occurrences(self, doc_idx: Iterable[int]) -> list[int]:
-        """The distinct term ids of these documents (read in the given order), in order of first appearance."""
+    def first_occurrences(self, doc_lists: Sequence[Sequence[int] | np.ndarray]) -> list[list[int]]:
+        """For each list of documents, the distinct term ids of those documents (read in the given order), in order
+        of first appearance. Every document is read once, in one call to ``doc_texts``: a gzipped corpus is
+        decompressed once for the whole batch, not once per list."""
         if self.doc_texts is None:
             raise ValueError("this Retriever was built without access to the document texts")
-        seen: dict[int, None] = {}
-        for text in self.doc_texts(doc_idx):
-            seen.update(dict.fromkeys(self.encode([text])[0]))
-        return list(seen)
+        lists = [np.asarray(docs, dtype=np.int64).ravel() for docs in doc_lists]
+        wanted = np.unique(np.concatenate(lists)) if lists else np.zeros(0, np.int64)
+        terms = dict(zip(wanted.tolist(), self.encode(self.doc_texts(wanted.tolist()))))
+        out = []
+        for docs in lists:
+            seen: dict[int, None] = {}
+            for d in docs.tolist():
+                seen.update(dict.fromkeys(terms[d]))
+            out.append(list(seen))
+        return out
 
     def rankings(self, queries: list[list[int]], k: int) -> torch.Tensor:
         """Each query's BM25 top k as (Q, k) ranking keys (``index.ranking_keys``, -1 padded) on the CPU."""

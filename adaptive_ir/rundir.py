@@ -29,8 +29,11 @@ not count). A new run refuses them unless told what to do, as Hugging Face's ``-
 ``config_fingerprint`` (a hash of the config without its output folders: equal means the same experiment) and the
 full ``config``, ``git`` (commit and whether the checkout had changes, when the code runs from a git checkout),
 package ``versions``, the ``device``, ``resumed_from`` / ``parent_run`` when it started from a checkpoint, and
-``replaced`` (where ``--overwrite`` moved the old run) and ``previous``: the records of the earlier sessions of a
-resumed run (without their config). Checkpoints carry the ``identity`` part.
+``replaced`` (where ``--overwrite`` moved the old run), ``previous``: the records of the earlier sessions of a
+resumed run (without their config), and once training has ended, ``result``: updates, best dev score, the final
+pick on the whole dev split (``dev_full``, with a dev sample), the wall time of each phase (``phases_s``: load
+collection, index, embedding model; per split mining, embeddings and the rest of its query set; training, dev
+evaluation, dev selection) and the peak memory (``peak_rss_gib``). Checkpoints carry the ``identity`` part.
 """
 
 from __future__ import annotations
@@ -105,10 +108,14 @@ class RunDir:
         """What a checkpoint records about the run that wrote it."""
         return {k: self.record[k] for k in IDENTITY_KEYS}
 
-    def finish(self, status: str, exit_code: int | None, error: str | None = None) -> None:
-        """Record how the run ended (completed / interrupted / failed) and release the folders."""
+    def finish(self, status: str, exit_code: int | None, error: str | None = None, result: dict | None = None
+               ) -> None:
+        """Record how the run ended (completed / interrupted / failed), with the trainer's ``result`` (updates,
+        best dev score, time per phase, peak memory) when there is one, and release the folders."""
         if not self._locks:
             return
+        if result is not None:
+            self.record["result"] = result
         self.record.update(status=status, exit_code=exit_code, error=error, ended=utc_now())
         try:
             atomic_write_json(self.path, self.record)

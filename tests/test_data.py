@@ -3,6 +3,7 @@ collection (including that its lexical mismatch is real), and the real collectio
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -236,42 +237,91 @@ GOOD_CORPUS = "".join(json.dumps(d) + "\n" for d in DOCS).encode()
 GOOD_QUERIES = "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items()).encode()
 
 
-@pytest.mark.parametrize(
-    "files, message",
-    [
-        ({"corpus": GOOD_CORPUS + b"{not json\n"}, r"corpus\.jsonl:5: not valid JSON"),
-        ({"corpus": GOOD_CORPUS + b"[1, 2]\n"}, r"corpus\.jsonl:5: expected a JSON object, got list"),
-        ({"corpus": GOOD_CORPUS + b'{"title": "t", "text": "x"}\n'}, r"corpus\.jsonl:5: no '_id' field"),
-        (
-            {"corpus": GOOD_CORPUS + b'{"_id": "d2", "text": "x"}\n'},
-            r"corpus\.jsonl:5: duplicate document id 'd2' \(first at line 2\)",
-        ),
-        ({"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": 5}\n'}, r"corpus\.jsonl:5 \(key 'text'\): expected a string"),
-        ({"corpus": b"\n\n"}, r"corpus\.jsonl: no documents"),
-        (
-            {"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": "caf\xe9"}\n'},
-            r"corpus\.jsonl:5: not valid UTF-8 .*re-encode the file as UTF-8",
-        ),
-        (
-            {"queries": GOOD_QUERIES + b'{"_id": "3", "text": "again"}\n'},
-            r"queries\.jsonl:14: duplicate query id '3' \(first at line 3\)",
-        ),
-        ({"queries": b'{"_id": "1", "text": "  "}\n'}, r"queries\.jsonl:1: query '1' has empty text"),
-        ({"queries": b'{"text": "no id"}\n'}, r"queries\.jsonl:1: no '_id' field"),
-        ({"queries": b'{"_id": "1", "text": "ok"}\nnope\n'}, r"queries\.jsonl:2: not valid JSON"),
-        ({"qrels": b"11\td404\t1\n"}, r"test\.tsv:1: document 'd404' is judged here but is not in the corpus"),
-        ({"qrels": b"11\td1\t1\n777\td1\t1\n"}, r"test\.tsv:2: query '777' is judged here but has no text"),
-        ({"qrels": b"query-id\tcorpus-id\tscore\n11\td1\thigh\n"}, r"test\.tsv:2: relevance 'high' is not an integer"),
-        ({"qrels": b"11\td1\t1.5\n"}, r"test\.tsv:1: relevance '1.5' is not an integer"),
-        ({"qrels": b"11\td1\n"}, r"test\.tsv:1: expected 'query-id<TAB>corpus-id<TAB>score'"),
-        ({"qrels": b"11\td1\t1\n11\td1\t2\n"}, r"test\.tsv:2: \(11, d1\) judged twice with different grades"),
-        ({"qrels": b"11\td1\t1\n12\td1\t\xff\n"}, r"test\.tsv:2: not valid UTF-8"),
-    ],
-)
+BAD_INPUT = [
+    ({"corpus": GOOD_CORPUS + b"{not json\n"}, r"corpus\.jsonl:5: not valid JSON"),
+    ({"corpus": GOOD_CORPUS + b"[1, 2]\n"}, r"corpus\.jsonl:5: expected a JSON object, got list"),
+    ({"corpus": GOOD_CORPUS + b'{"title": "t", "text": "x"}\n'}, r"corpus\.jsonl:5: no '_id' field"),
+    (
+        {"corpus": GOOD_CORPUS + b'{"_id": "d2", "text": "x"}\n'},
+        r"corpus\.jsonl:5: duplicate document id 'd2' \(first at line 2\)",
+    ),
+    ({"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": 5}\n'}, r"corpus\.jsonl:5 \(key 'text'\): expected a string"),
+    ({"corpus": b"\n\n"}, r"corpus\.jsonl: no documents"),
+    (
+        {"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": "caf\xe9"}\n'},
+        r"corpus\.jsonl:5: not valid UTF-8 .*re-encode the file as UTF-8",
+    ),
+    (
+        {"queries": GOOD_QUERIES + b'{"_id": "3", "text": "again"}\n'},
+        r"queries\.jsonl:14: duplicate query id '3' \(first at line 3\)",
+    ),
+    ({"queries": b'{"_id": "1", "text": "  "}\n'}, r"queries\.jsonl:1: query '1' has empty text"),
+    ({"queries": b'{"text": "no id"}\n'}, r"queries\.jsonl:1: no '_id' field"),
+    ({"queries": b'{"_id": "1", "text": "ok"}\nnope\n'}, r"queries\.jsonl:2: not valid JSON"),
+    ({"qrels": b"11\td404\t1\n"}, r"test\.tsv:1: document 'd404' is judged here but is not in the corpus"),
+    ({"qrels": b"11\td1\t1\n777\td1\t1\n"}, r"test\.tsv:2: query '777' is judged here but has no text"),
+    ({"qrels": b"query-id\tcorpus-id\tscore\n11\td1\thigh\n"}, r"test\.tsv:2: relevance 'high' is not an integer"),
+    ({"qrels": b"11\td1\t1.5\n"}, r"test\.tsv:1: relevance '1.5' is not an integer"),
+    ({"qrels": b"11\td1\n"}, r"test\.tsv:1: expected 'query-id<TAB>corpus-id<TAB>score'"),
+    ({"qrels": b"11\td1\t1\n11\td1\t2\n"}, r"test\.tsv:2: \(11, d1\) judged twice with different grades"),
+    ({"qrels": b"11\td1\t1\n12\td1\t\xff\n"}, r"test\.tsv:2: not valid UTF-8"),
+]
+"""(files replaced, the error message expected) of a BEIR folder."""
+
+
+@pytest.mark.parametrize("files, message", BAD_INPUT)
 def test_beir_bad_input(tmp_path, files, message):
     root = beir_case(tmp_path, **files)
     with pytest.raises(DataError, match=message):
         load_beir(root)
+
+
+def gzip_in_place(path: Path) -> Path:
+    """Replace a file by its gzipped copy ``<name>.gz``."""
+    gz = path.with_name(path.name + ".gz")
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    return gz
+
+
+def gzip_beir(root: Path) -> Path:
+    for f in [root / "corpus.jsonl", root / "queries.jsonl", *(root / "qrels").iterdir()]:
+        gzip_in_place(f)
+    return root
+
+
+def test_beir_gzipped_files_load_as_the_plain_ones(beir, tmp_path):
+    plain = load_beir(beir)
+    gz = load_beir(gzip_beir(make_beir(tmp_path / "gz")), name="tiny")
+    assert gz == plain and gz.corpus.path.name == "corpus.jsonl.gz"
+    assert gz.doc_texts_at([3, 0]) == plain.doc_texts_at([3, 0])
+    assert load_beir(tmp_path / "gz", splits=["test"]).qrels == load_beir(beir, splits=["test"]).qrels
+    archive = tmp_path / "gz.zip"  # a zip of gzipped files reads the same too
+    with zipfile.ZipFile(archive, "w") as zf:
+        for f in (tmp_path / "gz").rglob("*"):
+            zf.write(f, f"gz/{f.relative_to(tmp_path / 'gz').as_posix()}")
+    assert load_beir(archive, name="tiny") == plain
+
+
+def test_beir_prefers_the_plain_file_when_both_are_there(beir):
+    (beir / "queries.jsonl.gz").write_bytes(gzip.compress(b'{"_id": "1", "text": "other text"}\n'))
+    assert load_beir(beir).queries["train"]["1"] == "query number 1"
+
+
+@pytest.mark.parametrize("files, message", BAD_INPUT)
+def test_beir_bad_input_in_gzipped_files_names_the_file_and_line(tmp_path, files, message):
+    root = beir_case(tmp_path, **files)
+    for f in [root / "corpus.jsonl", root / "queries.jsonl", root / "qrels" / "test.tsv"]:
+        gzip_in_place(f)
+    with pytest.raises(DataError, match=message.replace(r"\.jsonl", r"\.jsonl\.gz").replace(r"\.tsv", r"\.tsv\.gz")):
+        load_beir(root)
+
+
+def test_beir_truncated_gzip_names_the_line_it_stopped_at(beir):
+    gz = gzip_in_place(beir / "corpus.jsonl")
+    gz.write_bytes(gz.read_bytes()[:-12])
+    with pytest.raises(DataError, match=r"corpus\.jsonl\.gz:\d+: cannot read"):
+        load_beir(beir)
 
 
 def test_beir_without_any_relevant_judgment(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 
 from adaptive_ir.data.corpus import DocIds, MemoryCorpus
 from adaptive_ir.data.lines import ZipPath
+from adaptive_ir.data import textfile
 from adaptive_ir.data.textfile import TextFileCorpus
 from adaptive_ir.errors import DataError
 
@@ -68,9 +69,18 @@ def test_iteration_and_random_access_agree_with_the_file(stored, kind):
         corpus.doc_texts_at([N])
 
 
-def test_only_a_plain_file_keeps_offsets(stored):
-    assert TextFileCorpus(stored["plain"])._offsets is not None
-    assert TextFileCorpus(stored["gz"])._offsets is None and TextFileCorpus(stored["zip"])._offsets is None
+@pytest.mark.parametrize("kind", ["plain", "gz", "zip"])
+def test_reading_by_position_is_one_pass_that_parses_only_the_wanted_lines(stored, kind, monkeypatch):
+    # gzip and zip members cannot seek back, so documents are read in corpus order, seeking forward: one
+    # decompression per call, and no JSON parsed but the wanted lines
+    corpus = TextFileCorpus(stored[kind])
+    parsed, opened = [], []
+    real_parse, real_open = textfile.parse_doc, textfile.open_binary
+    monkeypatch.setattr(textfile, "parse_doc", lambda *a: parsed.append(a[2]) or real_parse(*a))
+    monkeypatch.setattr(textfile, "open_binary", lambda p: opened.append(p) or real_open(p))
+    picks = [250, 3, 3, 120, 0]
+    assert corpus.doc_texts_at(picks) == [expected(docs())[i] for i in picks]
+    assert len(opened) == 1 and len(parsed) == 4
 
 
 def test_storages_compare_by_content(stored):

@@ -95,7 +95,7 @@ def test_rm3_breaks_ties_by_first_appearance_in_the_feedback_documents():
     r = Retriever.build(coll)
     terms = r.encode(["zeta"])
     rm1 = relevance_model(r.corpus, np.array([[0]]), np.array([[1.0]]))
-    order = [r.first_occurrences([0])]
+    order = r.first_occurrences([[0]])
     assert [r.vocab.terms[t] for t in order[0]] == ["zeta", "alpha", "beta", "gamma", "delta"]
     t, w = rm3_queries(terms, rm1, 3, 0.5, order)
     assert [r.vocab.terms[i] for i in t[0]] == ["zeta", "alpha", "beta"]
@@ -103,6 +103,21 @@ def test_rm3_breaks_ties_by_first_appearance_in_the_feedback_documents():
     # with the order reversed, the last words win the tie
     t, _ = rm3_queries(terms, rm1, 2, 0.5, [order[0][::-1]])
     assert [r.vocab.terms[i] for i in t[0]] == ["zeta", "delta", "gamma"]
+
+
+def test_rm3_reads_every_feedback_document_in_one_call():
+    # a gzipped corpus is decompressed once per read by position: one read per query would be quadratic
+    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    r = Retriever.build(coll)
+    calls = []
+    r.doc_texts = lambda idx: calls.append(list(idx)) or coll.doc_texts_at(idx)
+    texts = ["fox", "quick fox", "lazy dog", "zebra"]
+    run = rm3_run(r, ["a", "b", "c", "d"], texts, k=5, fb_docs=3)
+    assert len(calls) == 1 and len(calls[0]) == len(set(calls[0]))
+    r.doc_texts = coll.doc_texts_at
+    assert rm3_run(r, ["a", "b", "c", "d"], texts, k=5, fb_docs=3) == run
+    one_by_one = r.first_occurrences([[2, 0]]) + r.first_occurrences([[0]])
+    assert r.first_occurrences([[2, 0], [0]]) == one_by_one
 
 
 # BASELINES.md: R@10, R@40, R@100, nDCG@10, MAP@40 (our AP@40) of BM25 (bm25s) and BM25+RM3 (bm25s). The train

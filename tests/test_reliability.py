@@ -259,7 +259,7 @@ class CountingEmbedder:
         return self.inner.encode(texts)
 
 
-@pytest.mark.parametrize("damage", ["vectors", "texts", "mismatch"])
+@pytest.mark.parametrize("damage", ["vectors", "meta", "shape"])
 def test_damaged_embedding_cache_is_rebuilt_not_used(small_workspace, tmp_path, caplog, damage):
     emb = CountingEmbedder(small_workspace.embedder)
     texts = small_workspace.collection.split("dev")[1][:20]
@@ -267,21 +267,26 @@ def test_damaged_embedding_cache_is_rebuilt_not_used(small_workspace, tmp_path, 
     expected = cache.encode(emb, texts)
     assert emb.encoded == 20
     np.testing.assert_array_equal(EmbeddingCache(tmp_path, emb.identity).encode(emb, texts), expected)
-    assert emb.encoded == 20  # a whole entry is reused
-    vectors, meta = cache.folder / "vectors.npy", cache.folder / "texts.json"
+    assert emb.encoded == 20  # a whole table is reused
+    (entry,) = cache.folder.glob("table-*")
     if damage == "vectors":
-        _flip_last_byte(vectors)
-    elif damage == "texts":
-        m = json.loads(meta.read_text())
-        m["texts"][0], m["texts"][1] = m["texts"][1], m["texts"][0]  # rows no longer match their texts
-        meta.write_text(json.dumps(m))
-    else:  # vectors.npy replaced by another entry's
-        aio.atomic_save_npy(vectors, np.zeros((20, emb.dim), np.float32))
+        _flip_last_byte(entry / "arrays.npz")
+    elif damage == "meta":  # the entry claims other texts
+        meta = json.loads((entry / "meta.json").read_text())
+        meta["texts"] = meta["texts"][::-1]
+        (entry / "meta.json").write_text(json.dumps(meta))
+    else:  # intact, but vectors of another shape (another model wrote it under this identity)
+        meta = json.loads((entry / "meta.json").read_text())
+        aio.save_arrays(entry, {"vectors": np.zeros((20, emb.dim + 1), np.float32)},
+                        {k: v for k, v in meta.items() if k != "sha256"})
     caplog.set_level("WARNING")
     got = EmbeddingCache(tmp_path, emb.identity).encode(emb, texts)
     assert "embedding cache" in caplog.text and "rebuilding" in caplog.text
     assert emb.encoded == 40  # encoded again, not read from the damaged entry
     np.testing.assert_array_equal(got, expected)
+    caplog.clear()
+    np.testing.assert_array_equal(EmbeddingCache(tmp_path, emb.identity).encode(emb, texts), expected)
+    assert emb.encoded == 40 and "rebuilding" not in caplog.text  # the rebuilt entry is whole again
 
 
 # ------------------------------------------------------------------------------------ numerical faults

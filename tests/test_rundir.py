@@ -280,7 +280,7 @@ def test_numbering_skips_a_folder_in_use(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- shared caches
-_GROWER = """
+_TABLES = """
 import sys
 import numpy as np
 from adaptive_ir.embeddings import EmbeddingCache
@@ -288,26 +288,31 @@ from adaptive_ir.embeddings import EmbeddingCache
 class Embedder:
     dim = 4
     def encode(self, texts):
-        return np.array([[len(t), t.count("a"), hash(t) % 7, 1.0] for t in texts], np.float32)
+        return np.array([[len(t), t.count("a"), sum(map(ord, t)) % 7, 1.0] for t in texts], np.float32)
 
 folder, name = sys.argv[1], sys.argv[2]
 for i in range(25):
+    EmbeddingCache(folder, {"model": "fake"}).encode(Embedder(), [f"shared-{i % 5}-{j}" for j in range(50)])
     EmbeddingCache(folder, {"model": "fake"}).encode(Embedder(), [f"{name}-{i}"])
 """
 
 
-def test_concurrent_runs_grow_one_embedding_entry_without_losing_rows(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", _GROWER, str(tmp_path), name], cwd=REPO, env=ENV,
+def test_concurrent_runs_share_embedding_tables_and_every_table_reads_whole(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", _TABLES, str(tmp_path), name], cwd=REPO, env=ENV,
                               stderr=subprocess.PIPE, text=True) for name in ("a", "b", "c")]
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()[-3000:]
-        assert "damaged" not in p.stderr.read()
+        assert "damaged" not in p.stderr.read()  # no run ever read half a table
     from adaptive_ir.embeddings import EmbeddingCache
 
     cache = EmbeddingCache(tmp_path, {"model": "fake"})
-    texts, vecs = cache._load()
-    assert sorted(texts) == sorted(f"{n}-{i}" for n in "abc" for i in range(25))  # all 75, each once
-    assert vecs.shape == (75, 4)
+    assert len(list(cache.folder.glob("table-*"))) == 5 + 75  # the shared tables once, each run's own
+    embedder = type("Never", (), {"dim": 4, "encode": lambda self, texts: pytest.fail(f"re-encoded {texts}")})()
+    for i in range(5):
+        assert cache.encode(embedder, [f"shared-{i}-{j}" for j in range(50)]).shape == (50, 4)
+    for name in "abc":
+        for i in range(25):
+            assert cache.encode(embedder, [f"{name}-{i}"])[0, 0] == len(f"{name}-{i}")
 
 
 _WRITER = """

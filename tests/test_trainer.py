@@ -54,8 +54,13 @@ def test_same_seed_same_run(tmp_path):
     assert not all(torch.equal(initial[k], v) for k, v in state_b.items())
 
 
-def test_resume_is_bit_exact(tmp_path):
-    overrides = {"training.num_epochs": 4, "training.eval_every": 1}
+@pytest.mark.parametrize("cadence", [
+    {"training.eval_every": 1},
+    # evaluations counted in episodes on a dev sample, patience in episodes, the final pick on the whole dev split
+    {"training.eval_every_episodes": 64, "training.dev_subsample": 16, "training.early_stopping_patience_episodes": 1000},
+], ids=["updates", "episodes"])
+def test_resume_is_bit_exact(tmp_path, cadence):
+    overrides = {"training.num_epochs": 4, **cadence}
     full_cfg = tiny_config(tmp_path / "full", **overrides)
     full = Trainer(full_cfg, progress=False, collection=default_collection())
     assert full.total_updates == 4
@@ -85,6 +90,54 @@ def test_resume_is_bit_exact(tmp_path):
     assert_same_state(state(full), state(resumed))
     assert rows(full_cfg) == rows(cfg)  # losses, returns and dev metrics of all 4 updates
     assert_same_state(full.optimizer.state_dict()["state"][0], resumed.optimizer.state_dict()["state"][0])
+    best = [load_checkpoint(c.training.checkpoint_path_dir / "best.pt") for c in (full_cfg, cfg)]
+    assert best[0]["counters"] == best[1]["counters"]
+    assert_same_state(best[0]["model"], best[1]["model"])
+
+
+def test_dev_evaluated_every_so_many_episodes_on_a_fixed_sample_and_picked_on_the_whole_split(tmp_path):
+    cfg = tiny_config(tmp_path / "a", **{"training.num_epochs": 4, "training.episodes_per_update": 32,
+                                         "training.eval_every_episodes": 96, "training.dev_subsample": 20})
+    trainer = Trainer(cfg, progress=False, collection=default_collection())
+    assert trainer.total_updates == 8  # 64 train queries x 4 epochs / 32 episodes per update
+    dev_qids = trainer.ws.collection.split("dev")[0]
+    assert len(trainer.dev_qs) == 20 < len(dev_qids)
+    assert trainer.dev_qs.qids == [q for q in dev_qids if q in set(trainer.dev_qs.qids)]  # in split order
+    result = trainer.train()
+    logged = rows(cfg)
+    # the episode count crosses 96 after updates 3 and 6; the last update is always evaluated
+    assert [r["step"] for r in logged if "dev/R@40" in r] == [3, 6, 8]
+    full = result["dev_full"]
+    assert full["queries"] == len(dev_qids) and full["last_update"] == 8
+    assert [r for r in logged if "dev_full/last" in r] == [
+        {"step": 8, "dev_full/sample_best": full["sample_best"], "dev_full/last": full["last"]}]
+    # the figures are the whole dev split's: the last model (the trainer's, last.pt) scores `last` there
+    qs, tables = trainer.ws.split("dev")
+    assert trainer._dev_score(qs, tables)[1] == full["last"]
+    best, last = (load_checkpoint(cfg.training.checkpoint_path_dir / f"{n}.pt") for n in ("best", "last"))
+    assert_same_state(last["model"], state(trainer))
+    same = all(torch.equal(best["model"][k], v) for k, v in last["model"].items())
+    assert full["chosen"] == ("last" if full["last"] > full["sample_best"] + 1e-9 else "sample_best")
+    assert same == (full["chosen"] == "last" or full["sample_best_update"] == 8)
+    assert set(result["phases_s"]) >= {"load collection", "index", "embedding model", "mine train", "embed train",
+                                       "mine dev", "embed dev", "training", "dev evaluation", "dev selection"}
+    assert result["peak_rss_gib"] > 0
+    # another training seed scores the same dev sample (drawn with data.split_seed)
+    other = Trainer(tiny_config(tmp_path / "b", **{"system.seed": 7, "data.split_seed": cfg.split_seed,
+                                                   "training.dev_subsample": 20}),
+                    progress=False, collection=default_collection())
+    assert other.dev_qs.qids == trainer.dev_qs.qids
+
+
+def test_patience_counted_in_episodes(tmp_path, monkeypatch):
+    scores = iter([0.5, 0.6, 0.55, 0.58, 0.59, 0.61, 0.2, 0.2])  # dev scores of the successive evaluations
+    monkeypatch.setattr(Trainer, "_dev_score", lambda self, qs, tables: ({}, next(scores)))
+    cfg = tiny_config(tmp_path, **{"training.num_epochs": 4, "training.episodes_per_update": 32,
+                                   "training.eval_every_episodes": 32, "training.early_stopping_patience": 1,
+                                   "training.early_stopping_patience_episodes": 96})
+    result = Trainer(cfg, progress=False, collection=default_collection()).train()
+    # best at update 2 (64 episodes); updates 3-4 do not improve, update 5 is 96 episodes on: stop there
+    assert result["updates"] == 5 and result["best_update"] == 2 and result["best_dev"] == 0.6
 
 
 def test_ppo_learns_on_the_default_collection(tmp_path):
@@ -165,6 +218,12 @@ def test_cli_train_test_writes_test_metrics(tmp_path):
         assert (tmp_path / "runs" / f"test.{method}.trec").is_file()
     assert results["bm25"] != results["rm3"]
     assert "| agent |" in (tmp_path / "test_metrics.md").read_text()
+    # run.json says how long each phase took and the peak memory (the README quotes them)
+    result = json.loads((tmp_path / "run.json").read_text())["result"]
+    assert set(result["phases_s"]) >= {"load collection", "index", "embedding model", "mine train", "embed train",
+                                       "mine dev", "embed dev", "training", "dev evaluation"}
+    assert all(v >= 0 for v in result["phases_s"].values()) and 0 < result["peak_rss_gib"] < 64
+    assert result["updates"] == 1 and result["dev_full"] is None  # no dev sample, no final pick
 
 
 def test_first_step_gains_are_the_rewards_of_those_first_steps(tmp_path):

@@ -1,4 +1,5 @@
-"""BEIR: a folder (or the `.zip` BEIR distributes) with corpus.jsonl, queries.jsonl and qrels/{train,dev,test}.tsv."""
+"""BEIR: a folder (or the `.zip` BEIR distributes) with corpus.jsonl, queries.jsonl and qrels/{train,dev,test}.tsv,
+each of them plain or gzipped (`corpus.jsonl.gz`, as large corpora come)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def load_beir(
 ) -> Collection:
     """A BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv) or the `.zip` BEIR distributes.
 
+    Any of these files may be gzipped instead (`corpus.jsonl.gz`, `qrels/train.tsv.gz`, ...); where both forms
+    are present the plain one is read (it can be seeked). A gzipped corpus costs one decompression pass per
+    batch of documents read by position (see `textfile.py`).
+
     Splits are the qrels files present; a split's queries are the qids judged in it. Without qrels/dev.tsv, a
     seeded `dev_fraction` of train becomes dev (`carve_dev`). `splits` (default: all) limits which qrels files are
     opened at all: training asks for train and dev only, so test judgments are never read while training.
@@ -42,29 +47,44 @@ def load_beir(
 
 
 def _zip_root(path: Path) -> ZipPath:
-    """The folder inside a BEIR zip that holds corpus.jsonl (BEIR zips hold `<name>/corpus.jsonl`)."""
+    """The folder inside a BEIR zip that holds corpus.jsonl[.gz] (BEIR zips hold `<name>/corpus.jsonl`)."""
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
     except zipfile.BadZipFile as e:
         raise DataError(f"{path}: not a valid zip file ({e}); download it again") from e
-    corpora = [n for n in names if PurePosixPath(n).name == "corpus.jsonl" and "__MACOSX" not in n]
+    corpora = [n for n in names
+               if PurePosixPath(n).name in ("corpus.jsonl", "corpus.jsonl.gz") and "__MACOSX" not in n]
     if not corpora:
-        raise DataError(f"{path}: no corpus.jsonl inside the zip; expected a BEIR dataset zip")
+        raise DataError(f"{path}: no corpus.jsonl inside the zip (nor corpus.jsonl.gz); expected a BEIR dataset zip")
     parent = str(PurePosixPath(min(corpora, key=len)).parent)
     return ZipPath(path, "" if parent == "." else parent + "/")
 
 
+def _plain_or_gz(folder: PathLike, name: str) -> PathLike | None:
+    """``folder/name``, else ``folder/name.gz``, else None."""
+    return next((p for p in (folder / name, folder / f"{name}.gz") if p.exists()), None)
+
+
+def _required(folder: PathLike, name: str) -> PathLike:
+    path = _plain_or_gz(folder, name)
+    if path is None:
+        raise DataError(f"{folder / name}: file not found (nor {name}.gz); a BEIR folder holds corpus.jsonl, "
+                        "queries.jsonl and qrels/<split>.tsv, each plain or gzipped")
+    return path
+
+
 def _load_beir_root(root: PathLike, dev_fraction: float, seed: int, name: str, splits, corpus) -> Collection:
-    corpus = corpus or TextFileCorpus(root / "corpus.jsonl")
-    queries = read_queries(root / "queries.jsonl")
-    qrels_files = {s: root / "qrels" / f"{s}.tsv" for s in SPLIT_ORDER}
-    qrels_files = {s: p for s, p in qrels_files.items() if p.exists()}
+    corpus = corpus or TextFileCorpus(_required(root, "corpus.jsonl"))
+    queries = read_queries(_required(root, "queries.jsonl"))
+    qrels_files = {s: _plain_or_gz(root / "qrels", f"{s}.tsv") for s in SPLIT_ORDER}
+    qrels_files = {s: p for s, p in qrels_files.items() if p is not None}
     if not qrels_files:
-        raise DataError(f"{root / 'qrels'}: no train.tsv, dev.tsv or test.tsv; a BEIR folder needs at least one")
+        raise DataError(f"{root / 'qrels'}: no train.tsv, dev.tsv or test.tsv (plain or .gz); a BEIR folder needs "
+                        "at least one")
     if splits is not None:
         wanted = wanted_splits(splits)
-        present = ", ".join(f"{s}.tsv" for s in qrels_files)
+        present = ", ".join(p.name for p in qrels_files.values())
         qrels_files = {s: p for s, p in qrels_files.items() if s in wanted}
         if not qrels_files:
             raise DataError(f"{root / 'qrels'}: needs {' or '.join(f'{s}.tsv' for s in wanted)} here "

@@ -57,19 +57,30 @@ class ZipPath:
 PathLike = Path | ZipPath
 
 
-def is_compressed(path: PathLike) -> bool:
-    """True when the file cannot be seeked cheaply (gzip, or a member of a zip archive)."""
-    return isinstance(path, ZipPath) or path.name.endswith(".gz")
-
-
 def open_binary(path: PathLike) -> IO[bytes]:
-    """The file's bytes (.gz is unzipped); a clear error when it is missing or unreadable."""
+    """The file's bytes (a .gz file, or a .gz member of a zip, is unzipped); a clear error when it is missing or
+    unreadable."""
     if not path.exists():
         raise DataError(f"{path}: file not found")
     try:
-        return gzip.open(path, "rb") if isinstance(path, Path) and path.name.endswith(".gz") else path.open("rb")
+        raw = path.open("rb")
     except OSError as e:
         raise DataError(f"{path}: cannot open ({e})") from e
+    return _GzipOwning(raw) if path.name.endswith(".gz") else raw
+
+
+class _GzipOwning(gzip.GzipFile):
+    """A gzip stream over an open file (a plain file or a zip member) that closes that file when closed."""
+
+    def __init__(self, raw: IO[bytes]):
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def decode_line(path: PathLike, lineno: int, raw: bytes) -> str:
