@@ -6,7 +6,7 @@ log-normal document lengths (mean ``--doc-len`` tokens), ``--non-ascii`` of the 
 (so they take the analyzer's regex path, as a real corpus's accented names and typography do), and queries of three
 mid-frequency words drawn from one document each, judged relevant to that document. Real BEIR folders are points of
 the same run (``--real DIR[,DIR...]``), or the only one (``--data-dir``). For each collection, three subprocesses,
-so each peak RSS (``ru_maxrss``) is its own:
+so each peak RSS (Linux: ``VmHWM``, the process's own high-water mark) is its own:
 
 * ``ours``:    load the collection, ``Retriever.build`` (stream → forward index → BM25 CSC), batched top-100
   search of the search queries; the index is then saved for the rollout process;
@@ -140,7 +140,17 @@ def _rss() -> int | None:
 
 
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    """This process's peak resident set size in bytes: Linux's VmHWM, the high-water mark of its own memory (its
+    ``ru_maxrss`` would also count the parent's RSS at the fork: a worker started by a parent that had generated a
+    1M-document corpus reported the parent's peak); ``ru_maxrss`` elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
 def capped(collection, split: str, n: int | None, seed: int):
@@ -318,9 +328,11 @@ def ppo_throughput(agent, amp, qs, env, tc, order, args) -> dict:
     df = index.indptr[1:] - index.indptr[:-1]  # the padding id (vocab size) has none
     expand = buf.alive & (buf.actions < qs.max_candidates)
     chosen = qs.cand_terms[buf.qidx[expand], buf.actions[expand]]
+    query_postings = float(df[qs.terms[buf.qidx[0]]].sum())  # written into the lanes at reset, cleared after
     work = {"postings_per_step": float(df[chosen].sum()) / transitions,
-            "expanding_fraction": float(expand.sum()) / transitions,
-            "query_postings_per_episode": float(df[qs.terms[buf.qidx[0]]].sum(1).double().mean())}
+            "query_postings_per_step": query_postings / transitions,
+            "query_postings_per_episode": query_postings / (rounds * b),
+            "expanding_fraction": float(expand.sum()) / transitions}
     return {"samples_per_s": samples / best, "seconds": best, "samples": samples, "episodes": rounds * b,
             "transitions": transitions, "minibatch_size": tc.batch_size, "ppo_epochs": tc.ppo_epochs,
             "repeats": args.ppo_repeats, "work": work}
@@ -385,6 +397,22 @@ def measure(data_dir: Path, args, work: Path) -> dict:
     return row
 
 
+def touched(row: dict) -> float:
+    """Postings a rollout step touches: the chosen term's, and the query's own (written into the lane at reset,
+    cleared at the next), per step."""
+    return row["rollout"]["postings_per_step"] + row["rollout"]["query_postings_per_step"]
+
+
+def step_cost_fit(rows: list[dict]) -> dict | None:
+    """Least-squares µs per rollout step = fixed + per posting × postings touched, over every row (None with fewer
+    than two distinct posting counts)."""
+    x = np.array([touched(r) for r in rows])
+    if len(set(x.tolist())) < 2:
+        return None
+    slope, intercept = np.polyfit(x, [r["rollout"]["seconds_per_step"] * 1e6 for r in rows], 1)
+    return {"us_fixed": float(intercept), "ns_per_posting": float(slope * 1e3)}
+
+
 def plot(rows: list[dict], args, name: str) -> str:
     import matplotlib
 
@@ -419,22 +447,28 @@ def plot(rows: list[dict], args, name: str) -> str:
     series(train, lambda r: r["rollout"]["episodes_per_s"], "v:", "rollout episodes/s", "tab:olive")
     series(train, lambda r: r["rollout"]["ppo_samples_per_s"], "D-", "PPO update samples/s", "tab:purple")
     train.set(ylabel="per second", title=f"training (untrained policy, B={args.batch})")
-    series(work, lambda r: r["rollout"]["postings_per_step"], "^-", "postings added per step", "tab:green")
-    series(work, lambda r: r["rollout"]["query_postings_per_episode"], "o:", "query postings per episode (reset)",
+    series(work, lambda r: r["rollout"]["postings_per_step"], "^-", "added by the step (the chosen term)",
+           "tab:green")
+    series(work, lambda r: r["rollout"]["query_postings_per_step"], "o:", "the query's own, at reset (per step)",
            "tab:gray")
-    work.set(ylabel="postings", title="work of the rollout")
+    work.set(ylabel="postings per step", title="postings a rollout step touches")
     for ax in (build, rss, search, train, work):
         ax.set(xscale="log", yscale="log", xlabel="documents")
         ax.legend(fontsize=7)
     for r in rows:
-        o = r["rollout"]
-        cost.plot(o["postings_per_step"], o["seconds_per_step"] * 1e6, "^" if r["kind"] == "synthetic" else "o",
-                  color="tab:green" if r["kind"] == "synthetic" else "tab:red", mfc=None if r["kind"] == "synthetic"
-                  else "none", ms=8)
-        cost.annotate(f"{r['corpus']}\n{r['num_docs']:,} docs", (o["postings_per_step"], o["seconds_per_step"] * 1e6),
-                      textcoords="offset points", xytext=(5, 4), fontsize=7)
-    cost.set(xscale="log", yscale="log", xlabel="postings added per step", ylabel="µs per step (rollout)",
-             title="a step costs its postings, not the corpus")
+        x, y = touched(r), r["rollout"]["seconds_per_step"] * 1e6
+        cost.plot(x, y, "^" if r["kind"] == "synthetic" else "o", color="tab:green", ms=8,
+                  mfc=None if r["kind"] == "synthetic" else "none")
+        cost.annotate(f"{r['corpus']}\n{r['num_docs']:,} docs", (x, y), textcoords="offset points", xytext=(5, -8),
+                      fontsize=7)
+    fit = step_cost_fit(rows)
+    if fit:
+        xs = np.geomspace(min(map(touched, rows)), max(map(touched, rows)), 50)
+        cost.plot(xs, fit["us_fixed"] + fit["ns_per_posting"] * 1e-3 * xs, "k:", lw=1,
+                  label=f"fit: {fit['us_fixed']:.0f} µs + {fit['ns_per_posting']:.0f} ns × postings")
+        cost.legend(fontsize=7)
+    cost.set(xscale="log", yscale="log", xlabel="postings touched per step (added + the query's own)",
+             ylabel="µs per rollout step", title=f"rollout step cost against its postings (B={args.batch})")
     fig.suptitle("Cost against corpus size (synthetic: line; real collections: labelled points)")
     return common.save_plot(fig, args, name)
 
@@ -504,7 +538,7 @@ def main() -> None:
                             "max_search_queries": args.max_search_queries, "config": args.config, "B": args.batch,
                             "episodes": args.episodes, "ppo_repeats": args.ppo_repeats, "k": TOP_K,
                             "quick": args.quick},
-               "rows": rows}
+               "rows": rows, "step_cost_fit": step_cost_fit(rows)}
     payload["plot"] = plot(rows, args, "scale")
     common.write_json(args.json, payload)
 
@@ -516,7 +550,7 @@ def report(row: dict) -> None:
           f"{b.get('build_s', float('nan')):7.1f} s   peak RSS {o['peak_rss_build_search'] / 2**30:5.2f} vs "
           f"{b.get('peak_rss_build', float('nan')) / 2**30:5.2f} GiB   search {o['queries_per_s']:8.0f} vs "
           f"{b.get('queries_per_s', float('nan')):6.0f} q/s   rollout {r['episodes_per_s']:6.0f} episodes/s "
-          f"{r['steps_per_s']:6.0f} steps/s ({r['postings_per_step']:8.0f} postings/step)   PPO "
+          f"{r['steps_per_s']:6.0f} steps/s ({touched(row):8.0f} postings/step)   PPO "
           f"{r['ppo_samples_per_s']:6.0f} samples/s   rollout peak RSS {r['peak_rss'] / 2**30:5.2f} GiB", flush=True)
 
 
