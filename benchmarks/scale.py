@@ -459,14 +459,16 @@ def plot(rows: list[dict], args, name: str) -> str:
         x, y = touched(r), r["rollout"]["seconds_per_step"] * 1e6
         cost.plot(x, y, "^" if r["kind"] == "synthetic" else "o", color="tab:green", ms=8,
                   mfc=None if r["kind"] == "synthetic" else "none")
-        cost.annotate(f"{r['corpus']}\n{r['num_docs']:,} docs", (x, y), textcoords="offset points", xytext=(5, -8),
-                      fontsize=7)
+        # synthetic labels below right, real ones above left: a real point may sit on a synthetic one
+        cost.annotate(f"{r['corpus']}\n{r['num_docs']:,} docs", (x, y), textcoords="offset points", fontsize=7,
+                      **({"xytext": (5, -14)} if r["kind"] == "synthetic" else {"xytext": (-5, 5), "ha": "right"}))
     fit = step_cost_fit(rows)
     if fit:
         xs = np.geomspace(min(map(touched, rows)), max(map(touched, rows)), 50)
         cost.plot(xs, fit["us_fixed"] + fit["ns_per_posting"] * 1e-3 * xs, "k:", lw=1,
                   label=f"fit: {fit['us_fixed']:.0f} µs + {fit['ns_per_posting']:.0f} ns × postings")
         cost.legend(fontsize=7)
+    cost.margins(0.15)
     cost.set(xscale="log", yscale="log", xlabel="postings touched per step (added + the query's own)",
              ylabel="µs per rollout step", title=f"rollout step cost against its postings (B={args.batch})")
     fig.suptitle("Cost against corpus size (synthetic: line; real collections: labelled points)")
