@@ -161,7 +161,10 @@ def capped(collection, split: str, n: int | None, seed: int):
     if n is None or len(qids) <= n:
         return collection
     keep = sorted(random.Random(seed).sample(range(len(qids)), n))
-    pick = lambda d: {**d, split: {qids[i]: d[split][qids[i]] for i in keep if qids[i] in d[split]}}  # noqa: E731
+
+    def pick(d: dict) -> dict:
+        return {**d, split: {qids[i]: d[split][qids[i]] for i in keep if qids[i] in d[split]}}
+
     return replace(collection, queries=pick(collection.queries), qrels=pick(collection.qrels),
                    excluded=pick(collection.excluded) if split in collection.excluded else collection.excluded)
 
@@ -269,7 +272,7 @@ def worker_rollout(args) -> dict:
     ws = common.workspace(args, device, collection=collection, **{"embeddings.cache_dir": args.cache_dir,
                                                                    "candidate_mining.cache_enabled": "true"})
     out["workspace_s"] = time.perf_counter() - t0  # hash the corpus, memory-map the saved index
-    qids, texts, _ = ws.collection.split("train")
+    _, texts, _ = ws.collection.split("train")
     terms = ws.retriever.encode(texts)
     t0 = time.perf_counter()
     ws.candidates("train", texts, terms)
@@ -314,7 +317,10 @@ def ppo_throughput(agent, amp, qs, env, tc, order, args) -> dict:
     settings = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
                            tc.batch_size, None)  # no KL early stop: every update does the same work
     optimizer = make_optimizer(agent.parameters(), tc.learning_rate)
-    update = lambda: ppo_update(agent, optimizer, amp, buf, qs, adv, ret, settings, gen, transitions)  # noqa: E731
+
+    def update() -> dict:
+        return ppo_update(agent, optimizer, amp, buf, qs, adv, ret, settings, gen, transitions)
+
     update()  # warm-up (kernels, Adam state)
     best = float("inf")
     for _ in range(args.ppo_repeats):
@@ -424,8 +430,7 @@ def plot(rows: list[dict], args, name: str) -> str:
 
     def series(ax, get, style: str, label: str, color: str, side: str | None = None) -> None:
         """The synthetic sizes as a line, each real collection as a labelled point of the same colour."""
-        keep = lambda rs: [r for r in rs if side is None or "error" not in r[side]]  # noqa: E731
-        syn, pts = keep(synthetic), keep(real)
+        syn, pts = ([r for r in rs if side is None or "error" not in r[side]] for rs in (synthetic, real))
         ax.plot([r["num_docs"] for r in syn], [get(r) for r in syn], style, color=color, label=label)
         for r in pts:
             ax.plot(r["num_docs"], get(r), style[0], color=color, mfc="none", ms=9, mew=1.6)
@@ -436,10 +441,10 @@ def plot(rows: list[dict], args, name: str) -> str:
     (build, rss, search), (train, work, cost) = axes
     for side, style, color, label in (("ours", "o-", "tab:blue", "ours"),
                                       ("bm25s", "s--", "tab:orange", "bm25s (tokenize + index; retrieve 1 thread)")):
-        series(build, lambda r: r[side]["build_s"], style, label, color, side)
-        series(rss, lambda r: r[side]["peak_rss_build_search" if side == "ours" else "peak_rss_build"] / 2 ** 30,
-               style, label, color, side)
-        series(search, lambda r: r[side]["queries_per_s"], style, label, color, side)
+        series(build, lambda r, side=side: r[side]["build_s"], style, label, color, side)
+        series(rss, lambda r, side=side: r[side]["peak_rss_build_search" if side == "ours" else "peak_rss_build"]
+               / 2 ** 30, style, label, color, side)
+        series(search, lambda r, side=side: r[side]["queries_per_s"], style, label, color, side)
     build.set(ylabel="build (s)", title="index build time")
     rss.set(ylabel="peak RSS (GiB)", title="peak RSS: ours build + search,\nbm25s tokenize + index")
     search.set(ylabel="queries / s", title="search, top-100 (ours batched, bm25s 1 thread)")
