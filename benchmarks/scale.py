@@ -1,35 +1,47 @@
-"""Scale: index build, search and rollout against corpus size, ours vs bm25s, each measured in its own process.
+"""Scale: index build, search (ours vs bm25s) and training (rollout, PPO update) against corpus size.
 
 Corpus: per size, a seeded synthetic BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv): a Zipfian
 vocabulary (``--vocab`` words, exponent ``--zipf``; the 33 stopwords are the most frequent words, as in English),
 log-normal document lengths (mean ``--doc-len`` tokens), ``--non-ascii`` of the documents carrying one en dash
 (so they take the analyzer's regex path, as a real corpus's accented names and typography do), and queries of three
-mid-frequency words drawn from one document each, judged relevant to that document. Or a real BEIR folder
-(``--data-dir``). For each size, three subprocesses, so each peak RSS (``ru_maxrss``) is its own:
+mid-frequency words drawn from one document each, judged relevant to that document. Real BEIR folders are points of
+the same run (``--real DIR[,DIR...]``), or the only one (``--data-dir``). For each collection, three subprocesses,
+so each peak RSS (Linux: ``VmHWM``, the process's own high-water mark) is its own:
 
 * ``ours``:    load the collection, ``Retriever.build`` (stream → forward index → BM25 CSC), batched top-100
-  search of the test queries; the index is then saved for the rollout process;
+  search of the search queries; the index is then saved for the rollout process;
 * ``bm25s``:   load the same collection, ``bm25s.tokenize`` + ``BM25.index`` (the same analyzer: lowercase, the
   same pattern and stopwords) on the list of document texts, ``retrieve`` top-100 single-thread;
-* ``rollout``: a ``Workspace`` (the saved index memory-mapped), candidates mined for the train queries, an
-  untrained agent's batched rollout (``benchmarks/rollout.py``'s ``run_episodes``, B = ``--batch``). Its embeddings
-  are seeded random vectors per text (their values do not change the cost of a step; fitting LSA on millions of
-  documents is not what is measured here).
+* ``rollout``: training's two phases on a ``Workspace`` (the saved index memory-mapped), with candidates mined for
+  the train queries: an untrained agent's batched rollout (``benchmarks/rollout.py``'s ``run_episodes``, B =
+  ``--batch``: episodes/s, steps/s and seconds per step), then ``ppo_update`` over a buffer that ``rollout.collect``
+  fills with ``training.episodes_per_update`` episodes, B at a time, as training does (samples/s, the config's
+  minibatch size and epochs, best of ``--ppo-repeats``, as ``benchmarks/ppo_update.py`` fp32). The work of a step
+  is the chosen term's postings (merged into the episode's top k), whatever the corpus size: from that buffer,
+  the postings added per step (STOP steps add none) and the query's own postings per episode (its first scores,
+  written into its lane at reset). Its embeddings are seeded random vectors per text (their values do not change
+  the cost of a step; fitting LSA on millions of documents is not what is measured here).
+
+Search queries: the test split's, else dev's, else train's (WikiCAR holds back its test split), at most
+``--max-search-queries`` of them (a seeded sample). Train queries for mining and training: at most
+``--max-train-queries`` (a seeded sample: WikiCAR has 273k).
 
 Build time excludes loading the collection (both sides load it the same way); peak RSS includes it, and
 ``rss_loaded`` is the RSS right after loading. Search also reports whether ours and bm25s rank the same
 documents (up to ties).
 
-    python benchmarks/scale.py --json benchmarks/results/scale.json            # 10k, 100k, 1M documents
+    python benchmarks/scale.py --threads 1 --real ../shared/datasets/scifact,/work/data/wikicar-plain --json benchmarks/results/scale.json
     python benchmarks/scale.py --sizes 5000000 --no-bm25s --json benchmarks/results/scale_5m.json
-    python benchmarks/scale.py --data-dir ../shared/datasets/scifact
+    python benchmarks/scale.py --data-dir ../shared/datasets/scifact        # that collection only
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import resource
 import shutil
 import subprocess
@@ -45,6 +57,8 @@ import _common as common
 
 DEFAULT_SIZES = "10000,100000,1000000"
 TOP_K = 100
+SEARCH_SPLITS = ("test", "dev", "train")
+"""The split whose queries are searched: the first one present (WikiCAR holds back its test split)."""
 
 
 # ---------------------------------------------------------------------------------------------- the corpus
@@ -126,12 +140,40 @@ def _rss() -> int | None:
 
 
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    """This process's peak resident set size in bytes: Linux's VmHWM, the high-water mark of its own memory (its
+    ``ru_maxrss`` would also count the parent's RSS at the fork: a worker started by a parent that had generated a
+    1M-document corpus reported the parent's peak); ``ru_maxrss`` elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-def _test_queries(collection):
-    _, texts, _ = collection.split("test")
-    return texts
+def capped(collection, split: str, n: int | None, seed: int):
+    """``collection`` with at most ``n`` queries of ``split`` (a seeded sample, in natural order; all when fewer)."""
+    from dataclasses import replace
+
+    qids, _, _ = collection.split(split)
+    if n is None or len(qids) <= n:
+        return collection
+    keep = sorted(random.Random(seed).sample(range(len(qids)), n))
+
+    def pick(d: dict) -> dict:
+        return {**d, split: {qids[i]: d[split][qids[i]] for i in keep if qids[i] in d[split]}}
+
+    return replace(collection, queries=pick(collection.queries), qrels=pick(collection.qrels),
+                   excluded=pick(collection.excluded) if split in collection.excluded else collection.excluded)
+
+
+def search_queries(collection, n: int | None, seed: int) -> tuple[str, list[str]]:
+    """(split, texts) of the queries both engines search: see ``SEARCH_SPLITS``, at most ``n`` of them."""
+    split = next(s for s in SEARCH_SPLITS if s in collection.queries)
+    _, texts, _ = capped(collection, split, n, seed).split(split)
+    return split, texts
 
 
 def worker_ours(args) -> dict:
@@ -143,12 +185,14 @@ def worker_ours(args) -> dict:
     retriever = Retriever.build(collection, progress=False)
     out["build_s"] = time.perf_counter() - t0
     out["peak_rss_build"] = _peak_rss()
-    queries = [q for q in retriever.encode(_test_queries(collection)) if q]
+    out["search_split"], texts = search_queries(collection, args.max_search_queries, args.seed)
+    queries = [q for q in retriever.encode(texts) if q]
     retriever.search(queries[:1], k=TOP_K)  # warm-up: first-call set-up is not search
     t0 = time.perf_counter()
     scores, docs = retriever.search(queries, k=TOP_K)
     out["search_s"] = time.perf_counter() - t0
     out["queries_per_s"] = len(queries) / out["search_s"]
+    out["search_queries"] = len(queries)
     out["peak_rss_build_search"] = _peak_rss()
     out.update(vocab_size=len(retriever.vocab), postings=retriever.corpus.num_postings,
                index_bytes=sum(a.nbytes for a in (retriever.corpus.terms, retriever.corpus.tf, retriever.corpus.indptr,
@@ -181,7 +225,8 @@ def worker_bm25s(args) -> dict:
 
     analyzer = Analyzer()
     vocab = retriever.vocab_dict
-    queries = [[w for w in analyzer.tokenize(t) if w in vocab] for t in _test_queries(collection)]
+    out["search_split"], texts = search_queries(collection, args.max_search_queries, args.seed)
+    queries = [[w for w in analyzer.tokenize(t) if w in vocab] for t in texts]
     queries = [q for q in queries if q]
     k = min(TOP_K, collection.num_docs)
     retriever.retrieve(queries[:1], k=k, n_threads=1, show_progress=False)  # warm-up, as for ours
@@ -189,6 +234,7 @@ def worker_bm25s(args) -> dict:
     docs, scores = retriever.retrieve(queries, k=k, n_threads=1, show_progress=False)
     out["search_s"] = time.perf_counter() - t0
     out["queries_per_s"] = len(queries) / out["search_s"]
+    out["search_queries"] = len(queries)
     out["peak_rss_build_search"] = _peak_rss()
     np.savez(Path(args.out_dir) / "bm25s_topk.npz", scores=scores, docs=docs)
     return out
@@ -219,14 +265,17 @@ def worker_rollout(args) -> dict:
 
     device = common.setup(args)
     workspace_module.make_embedder = lambda kind, path, corpus, analyzer, dim, *a, **k: _RandomEmbedder(dim)
-    collection = common.load_collection(args.data_dir)
+    collection = capped(common.load_collection(args.data_dir), "train", args.max_train_queries, args.seed)
     out = {"rss_loaded": _rss()}
     t0 = time.perf_counter()
-    ws = common.workspace(args, device, collection=collection, **{"embeddings.cache_dir": args.cache_dir})
+    # candidates cached (in the cache folder, removed after the row): the split below reads what is mined here
+    ws = common.workspace(args, device, collection=collection, **{"embeddings.cache_dir": args.cache_dir,
+                                                                   "candidate_mining.cache_enabled": "true"})
     out["workspace_s"] = time.perf_counter() - t0  # hash the corpus, memory-map the saved index
-    qids, texts, _ = ws.collection.split("train")
+    _, texts, _ = ws.collection.split("train")
+    terms = ws.retriever.encode(texts)
     t0 = time.perf_counter()
-    ws.miner.mine(ws.retriever.encode(texts))
+    ws.candidates("train", texts, terms)
     out["mining_s"] = time.perf_counter() - t0
     out["mining_queries_per_s"] = len(texts) / out["mining_s"]
     qs, tables = ws.split("train")
@@ -237,9 +286,62 @@ def worker_rollout(args) -> dict:
     order = torch.randperm(len(qs), generator=torch.Generator().manual_seed(args.seed))
     env = make_env(ws.cfg, ws, qs)
     run = run_episodes(agent, amp, qs, env, order, args.batch, args.episodes, args.seed)
-    out.update(episodes_per_s=run["episodes_per_s"], steps_per_s=run["steps_per_s"], B=args.batch,
-               episodes=run["episodes"], train_queries=len(qs), peak_rss=_peak_rss())
+    out.update(episodes_per_s=run["episodes_per_s"], steps_per_s=run["steps_per_s"],
+               seconds_per_step=run["seconds"] / run["steps"], mean_length=run["mean_length"], B=args.batch,
+               episodes=run["episodes"], train_queries=len(qs), k=env.k, peak_rss_rollout=_peak_rss())
+    out["ppo"] = ppo_throughput(agent, amp, qs, env, ws.cfg.training, order, args)
+    out.update(out["ppo"].pop("work"), ppo_samples_per_s=out["ppo"]["samples_per_s"],
+               lanes_bytes=env.lanes.numel() * env.lanes.element_size(), peak_rss=_peak_rss())
     return out
+
+
+def ppo_throughput(agent, amp, qs, env, tc, order, args) -> dict:
+    """PPO update samples/s over a buffer that ``collect`` fills with ``tc.episodes_per_update`` episodes (B at a
+    time, into its columns, as training does); ``work``: what the steps of that buffer added, from its actions."""
+    import torch
+
+    from adaptive_ir.buffer import RolloutBuffer, compute_gae
+    from adaptive_ir.ppo import PPOSettings, make_optimizer, ppo_update
+    from adaptive_ir.rollout import collect
+
+    device = qs.terms.device
+    b = min(args.batch, tc.episodes_per_update)
+    rounds = math.ceil(tc.episodes_per_update / b)
+    buf = RolloutBuffer(env.max_steps, rounds * b, qs.max_candidates, device)
+    gen = torch.Generator(device).manual_seed(args.seed)
+    qidx = order[torch.arange(rounds * b) % len(order)]
+    lengths = [collect(agent, amp, qs, env, buf, qidx[r * b:(r + 1) * b], r * b, gen)["length"].sum()
+               for r in range(rounds)]
+    transitions = int(torch.stack(lengths).sum())
+    adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, tc.gamma, tc.gae_lambda)
+    settings = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
+                           tc.batch_size, None)  # no KL early stop: every update does the same work
+    optimizer = make_optimizer(agent.parameters(), tc.learning_rate)
+
+    def update() -> dict:
+        return ppo_update(agent, optimizer, amp, buf, qs, adv, ret, settings, gen, transitions)
+
+    update()  # warm-up (kernels, Adam state)
+    best = float("inf")
+    for _ in range(args.ppo_repeats):
+        t0 = time.perf_counter()
+        stats = update()
+        best = min(best, time.perf_counter() - t0)
+    samples = stats["samples"] * tc.ppo_epochs
+
+    # the work of the buffer's steps: each expanding step adds its term's postings, STOP adds none
+    index = env.index
+    df = index.indptr[1:] - index.indptr[:-1]  # the padding id (vocab size) has none
+    expand = buf.alive & (buf.actions < qs.max_candidates)
+    chosen = qs.cand_terms[buf.qidx[expand], buf.actions[expand]]
+    query_postings = float(df[qs.terms[buf.qidx[0]]].sum())  # written into the lanes at reset, cleared after
+    work = {"postings_per_step": float(df[chosen].sum()) / transitions,
+            "query_postings_per_step": query_postings / transitions,
+            "query_postings_per_episode": query_postings / (rounds * b),
+            "expanding_fraction": float(expand.sum()) / transitions}
+    return {"samples_per_s": samples / best, "seconds": best, "samples": samples, "episodes": rounds * b,
+            "transitions": transitions, "minibatch_size": tc.batch_size, "ppo_epochs": tc.ppo_epochs,
+            "repeats": args.ppo_repeats, "work": work}
 
 
 WORKERS = {"ours": worker_ours, "bm25s": worker_bm25s, "rollout": worker_rollout}
@@ -250,7 +352,9 @@ def run_worker(kind: str, data_dir: Path, cache_dir: Path, out_dir: Path, args) 
     result = out_dir / f"{kind}.json"
     cmd = [sys.executable, __file__, "--worker", kind, "--data-dir", str(data_dir), "--cache-dir", str(cache_dir),
            "--out-dir", str(out_dir), "--json", str(result), "--config", args.config, "--device", args.device,
-           "--seed", str(args.seed), "--batch", str(args.batch), "--episodes", str(args.episodes)]
+           "--seed", str(args.seed), "--batch", str(args.batch), "--episodes", str(args.episodes),
+           "--ppo-repeats", str(args.ppo_repeats), "--max-train-queries", str(args.max_train_queries),
+           "--max-search-queries", str(args.max_search_queries)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     t0 = time.perf_counter()
@@ -299,42 +403,102 @@ def measure(data_dir: Path, args, work: Path) -> dict:
     return row
 
 
+def touched(row: dict) -> float:
+    """Postings a rollout step touches: the chosen term's, and the query's own (written into the lane at reset,
+    cleared at the next), per step."""
+    return row["rollout"]["postings_per_step"] + row["rollout"]["query_postings_per_step"]
+
+
+def step_cost_fit(rows: list[dict]) -> dict | None:
+    """Least-squares µs per rollout step = fixed + per posting × postings touched, over every row (None with fewer
+    than two distinct posting counts)."""
+    x = np.array([touched(r) for r in rows])
+    if len(set(x.tolist())) < 2:
+        return None
+    slope, intercept = np.polyfit(x, [r["rollout"]["seconds_per_step"] * 1e6 for r in rows], 1)
+    return {"us_fixed": float(intercept), "ns_per_posting": float(slope * 1e3)}
+
+
 def plot(rows: list[dict], args, name: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
-    n = [r["num_docs"] for r in rows]
-    panels = [("build (s)", "build time", lambda r, k: r[k]["build_s"]),
-              ("peak RSS (GiB)", "peak RSS: ours build + search,\nbm25s tokenize + index",
-               lambda r, k: r[k]["peak_rss_build_search" if k == "ours" else "peak_rss_build"] / 2 ** 30),
-              ("per second", "search queries/s (top-100),\nrollout episodes/s", lambda r, k: r[k]["queries_per_s"])]
-    ref = [r for r in rows if "error" not in r["bm25s"]]
-    for ax, (ylabel, title, get) in zip(axes, panels):
-        ax.plot(n, [get(r, "ours") for r in rows], "o-", label="ours")
-        ax.plot([r["num_docs"] for r in ref], [get(r, "bm25s") for r in ref], "s--",
-                label="bm25s (tokenize + index; retrieve 1 thread)")
-        ax.set(xscale="log", yscale="log", xlabel="documents", ylabel=ylabel, title=title)
-    axes[2].plot(n, [r["rollout"]["episodes_per_s"] for r in rows], "^:", label="rollout episodes/s (ours)")
-    axes[0].legend(fontsize=8)
-    axes[2].legend(fontsize=8)
-    fig.suptitle("Cost against corpus size")
+    synthetic = [r for r in rows if r["kind"] == "synthetic"]
+    real = [r for r in rows if r["kind"] == "real"]
+
+    def series(ax, get, style: str, label: str, color: str, side: str | None = None) -> None:
+        """The synthetic sizes as a line, each real collection as a labelled point of the same colour."""
+        syn, pts = ([r for r in rs if side is None or "error" not in r[side]] for rs in (synthetic, real))
+        ax.plot([r["num_docs"] for r in syn], [get(r) for r in syn], style, color=color, label=label)
+        for r in pts:
+            ax.plot(r["num_docs"], get(r), style[0], color=color, mfc="none", ms=9, mew=1.6)
+            ax.annotate(r["corpus"], (r["num_docs"], get(r)), textcoords="offset points", xytext=(5, 4),
+                        fontsize=7, color=color)
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.6))
+    (build, rss, search), (train, work, cost) = axes
+    for side, style, color, label in (("ours", "o-", "tab:blue", "ours"),
+                                      ("bm25s", "s--", "tab:orange", "bm25s (tokenize + index; retrieve 1 thread)")):
+        series(build, lambda r, side=side: r[side]["build_s"], style, label, color, side)
+        series(rss, lambda r, side=side: r[side]["peak_rss_build_search" if side == "ours" else "peak_rss_build"]
+               / 2 ** 30, style, label, color, side)
+        series(search, lambda r, side=side: r[side]["queries_per_s"], style, label, color, side)
+    build.set(ylabel="build (s)", title="index build time")
+    rss.set(ylabel="peak RSS (GiB)", title="peak RSS: ours build + search,\nbm25s tokenize + index")
+    search.set(ylabel="queries / s", title="search, top-100 (ours batched, bm25s 1 thread)")
+    series(train, lambda r: r["rollout"]["steps_per_s"], "^-", "rollout steps/s", "tab:green")
+    series(train, lambda r: r["rollout"]["episodes_per_s"], "v:", "rollout episodes/s", "tab:olive")
+    series(train, lambda r: r["rollout"]["ppo_samples_per_s"], "D-", "PPO update samples/s", "tab:purple")
+    train.set(ylabel="per second", title=f"training (untrained policy, B={args.batch})")
+    series(work, lambda r: r["rollout"]["postings_per_step"], "^-", "added by the step (the chosen term)",
+           "tab:green")
+    series(work, lambda r: r["rollout"]["query_postings_per_step"], "o:", "the query's own, at reset (per step)",
+           "tab:gray")
+    work.set(ylabel="postings per step", title="postings a rollout step touches")
+    for ax in (build, rss, search, train, work):
+        ax.set(xscale="log", yscale="log", xlabel="documents")
+        ax.legend(fontsize=7)
+    for r in rows:
+        x, y = touched(r), r["rollout"]["seconds_per_step"] * 1e6
+        cost.plot(x, y, "^" if r["kind"] == "synthetic" else "o", color="tab:green", ms=8,
+                  mfc=None if r["kind"] == "synthetic" else "none")
+        # synthetic labels below right, real ones above left: a real point may sit on a synthetic one
+        cost.annotate(f"{r['corpus']}\n{r['num_docs']:,} docs", (x, y), textcoords="offset points", fontsize=7,
+                      **({"xytext": (5, -14)} if r["kind"] == "synthetic" else {"xytext": (-5, 5), "ha": "right"}))
+    fit = step_cost_fit(rows)
+    if fit:
+        xs = np.geomspace(min(map(touched, rows)), max(map(touched, rows)), 50)
+        cost.plot(xs, fit["us_fixed"] + fit["ns_per_posting"] * 1e-3 * xs, "k:", lw=1,
+                  label=f"fit: {fit['us_fixed']:.0f} µs + {fit['ns_per_posting']:.0f} ns × postings")
+        cost.legend(fontsize=7)
+    cost.margins(0.15)
+    cost.set(xscale="log", yscale="log", xlabel="postings touched per step (added + the query's own)",
+             ylabel="µs per rollout step", title=f"rollout step cost against its postings (B={args.batch})")
+    fig.suptitle("Cost against corpus size (synthetic: line; real collections: labelled points)")
     return common.save_plot(fig, args, name)
 
 
 def main() -> None:
     p = common.parser(__doc__.split("\n")[0])
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated document counts of synthetic corpora")
+    p.add_argument("--real", default="", metavar="DIR[,DIR...]",
+                   help="BEIR folders measured as real points beside the synthetic sizes (e.g. "
+                   "../shared/datasets/scifact)")
     p.add_argument("--vocab", type=int, default=1_000_000, help="synthetic vocabulary size")
     p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of word frequencies")
     p.add_argument("--doc-len", type=float, default=100.0, help="mean document length in tokens")
     p.add_argument("--non-ascii", type=float, default=0.25, help="fraction of documents with a non-ASCII character")
-    p.add_argument("--train-queries", type=int, default=1000)
-    p.add_argument("--test-queries", type=int, default=500)
+    p.add_argument("--train-queries", type=int, default=1000, help="train queries of a synthetic corpus")
+    p.add_argument("--test-queries", type=int, default=500, help="test queries of a synthetic corpus")
+    p.add_argument("--max-train-queries", type=int, default=3000,
+                   help="train queries mined and rolled out, at most (a seeded sample)")
+    p.add_argument("--max-search-queries", type=int, default=1000,
+                   help="queries searched, at most (a seeded sample of the test split, else dev, else train)")
     p.add_argument("--batch", type=int, default=128, help="episodes in lockstep for the rollout measurement")
     p.add_argument("--episodes", type=int, default=2048)
+    p.add_argument("--ppo-repeats", type=int, default=3, help="timed PPO updates (the best counts)")
     p.add_argument("--no-bm25s", action="store_true", help="measure ours only (bm25s needs ~4 GiB per million "
                    "documents: a 5M corpus does not fit a 24 GiB machine)")
     p.add_argument("--work-dir", default=None, help="where corpora and indexes go (default: a temporary folder, "
@@ -348,37 +512,53 @@ def main() -> None:
         return
     if args.quick:
         args.sizes, args.vocab, args.train_queries, args.test_queries = "3000", 20_000, 64, 32
-        args.batch, args.episodes = 16, 32
+        args.batch, args.episodes, args.ppo_repeats = 16, 32, 1
+    real = [d for d in args.real.split(",") if d]
+    for folder in real:
+        if not Path(folder).is_dir():
+            p.error(f"--real {folder}: not a folder; give BEIR folders (corpus.jsonl, queries.jsonl, qrels/*.tsv), "
+                    "comma-separated")
+    sizes = [] if args.data_dir else [int(s) for s in args.sizes.split(",") if s]
+    real = ([args.data_dir] if args.data_dir else []) + real
     device = common.setup(args)
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="adaptive-ir-scale-"))
     rows = []
     try:
-        if args.data_dir:
-            rows.append({"corpus": str(args.data_dir), **measure(Path(args.data_dir), args, work)})
-        for size in ([] if args.data_dir else [int(s) for s in args.sizes.split(",")]):
+        for size in sizes:
             t0 = time.perf_counter()
             folder = generate(work / f"synthetic-{size}", size, args)
-            row = {"corpus": f"synthetic-{size}", "generate_s": time.perf_counter() - t0,
-                   **measure(folder, args, work)}
-            rows.append(row)
-            o, b = row["ours"], row["bm25s"]
-            print(f"{size:>9,} docs  build {o['build_s']:7.1f} s vs bm25s {b.get('build_s', float('nan')):7.1f} s  "
-                  f" peak RSS {o['peak_rss_build_search'] / 2**30:5.2f} vs "
-                  f"{b.get('peak_rss_build', float('nan')) / 2**30:5.2f} GiB   search {o['queries_per_s']:8.0f} vs "
-                  f"{b.get('queries_per_s', float('nan')):6.0f} q/s   rollout "
-                  f"{row['rollout']['episodes_per_s']:6.0f} episodes/s", flush=True)
+            rows.append({"corpus": f"synthetic-{size}", "kind": "synthetic", "generate_s": time.perf_counter() - t0,
+                         **measure(folder, args, work)})
+            report(rows[-1])
+        for folder in real:
+            rows.append({"corpus": Path(folder).resolve().name, "kind": "real", "path": str(folder),
+                         **measure(Path(folder), args, work)})
+            report(rows[-1])
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
     payload = {"benchmark": "scale", "machine": common.machine(device),
-               "settings": {"sizes": [r["num_docs"] for r in rows], "data_dir": args.data_dir, "vocab": args.vocab,
-                            "zipf": args.zipf, "doc_len": args.doc_len, "non_ascii": args.non_ascii,
+               "settings": {"sizes": sizes, "real": real, "vocab": args.vocab, "zipf": args.zipf,
+                            "doc_len": args.doc_len, "non_ascii": args.non_ascii,
                             "train_queries": args.train_queries, "test_queries": args.test_queries,
-                            "config": args.config, "B": args.batch, "episodes": args.episodes, "k": TOP_K,
+                            "max_train_queries": args.max_train_queries,
+                            "max_search_queries": args.max_search_queries, "config": args.config, "B": args.batch,
+                            "episodes": args.episodes, "ppo_repeats": args.ppo_repeats, "k": TOP_K,
                             "quick": args.quick},
-               "rows": rows}
+               "rows": rows, "step_cost_fit": step_cost_fit(rows)}
     payload["plot"] = plot(rows, args, "scale")
     common.write_json(args.json, payload)
+
+
+def report(row: dict) -> None:
+    """One line per collection as it finishes (the run is long)."""
+    o, b, r = row["ours"], row["bm25s"], row["rollout"]
+    print(f"{row['corpus']:>20} {row['num_docs']:>9,} docs  build {o['build_s']:7.1f} s vs bm25s "
+          f"{b.get('build_s', float('nan')):7.1f} s   peak RSS {o['peak_rss_build_search'] / 2**30:5.2f} vs "
+          f"{b.get('peak_rss_build', float('nan')) / 2**30:5.2f} GiB   search {o['queries_per_s']:8.0f} vs "
+          f"{b.get('queries_per_s', float('nan')):6.0f} q/s   rollout {r['episodes_per_s']:6.0f} episodes/s "
+          f"{r['steps_per_s']:6.0f} steps/s ({touched(row):8.0f} postings/step)   PPO "
+          f"{r['ppo_samples_per_s']:6.0f} samples/s   rollout peak RSS {r['peak_rss'] / 2**30:5.2f} GiB", flush=True)
 
 
 if __name__ == "__main__":

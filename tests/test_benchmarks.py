@@ -71,28 +71,92 @@ def test_memory(tmp_path):
     assert 0 < d["buffer_bytes"] < d["embedding_copy_bytes"] / 100
 
 
-def test_scale(tmp_path):
-    d = run("scale", tmp_path)
-    (row,) = d["rows"]
-    assert row["num_docs"] == 3000 and d["settings"]["sizes"] == [3000]
-    for side in ("ours", "bm25s"):
-        r = row[side]
-        assert r["build_s"] > 0 and r["queries_per_s"] > 0
-        assert r["peak_rss_build_search"] >= r["peak_rss_build"] >= r["rss_loaded"] > 0
-    assert row["ours"]["postings"] > 0 and row["ours"]["index_bytes"] > 0
-    assert row["rollout"]["episodes_per_s"] > 0 and row["rollout"]["mining_s"] > 0
-    assert row["topk_identical"] is True  # our index ranks what bm25s (its own tokenizer and index) ranks
-    assert set(row["goals"]) == {"peak_rss_le_bm25s", "build_time_le_bm25s"}
-
-
-def test_scale_corpus_is_seeded_and_shaped(tmp_path):
+def _scale():
+    """benchmarks/scale.py as a module (its helpers import ``_common`` from benchmarks/)."""
     import importlib.util
-    from argparse import Namespace
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("scale", ROOT / "benchmarks" / "scale.py")
     scale = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scale)
+    return scale
+
+
+def _no_test_split(folder: Path) -> Path:
+    """A small synthetic BEIR folder with train and dev splits only (as WikiCAR, whose test split is held back)."""
+    from argparse import Namespace
+
+    args = Namespace(vocab=5000, zipf=1.0, doc_len=60.0, non_ascii=0.2, train_queries=60, test_queries=20, seed=5)
+    _scale().generate(folder, 1500, args)
+    (folder / "qrels" / "test.tsv").rename(folder / "qrels" / "dev.tsv")
+    return folder
+
+
+def test_scale(tmp_path):
+    real = _no_test_split(tmp_path / "tiny-real")
+    d = run("scale", tmp_path, "--real", str(real), "--max-train-queries", "20")
+    syn, row = d["rows"]
+    assert d["settings"]["sizes"] == [3000] and d["settings"]["real"] == [str(real)]
+    assert (syn["corpus"], syn["kind"], syn["num_docs"]) == ("synthetic-3000", "synthetic", 3000)
+    assert (row["corpus"], row["kind"], row["num_docs"]) == ("tiny-real", "real", 1500)
+    for side in ("ours", "bm25s"):
+        r = syn[side]
+        assert r["build_s"] > 0 and r["queries_per_s"] > 0
+        assert r["peak_rss_build_search"] >= r["peak_rss_build"] >= r["rss_loaded"] > 0
+        assert (r["search_split"], r["search_queries"]) == ("test", 32)
+        # no test split: both engines search the dev queries
+        assert (row[side]["search_split"], row[side]["search_queries"]) == ("dev", 20)
+    assert syn["ours"]["postings"] > 0 and syn["ours"]["index_bytes"] > 0
+    for r in (syn, row):
+        assert r["topk_identical"] is True  # our index ranks what bm25s (its own tokenizer and index) ranks
+        assert set(r["goals"]) == {"peak_rss_le_bm25s", "build_time_le_bm25s"}
+        o = r["rollout"]
+        assert o["train_queries"] == 20  # --max-train-queries: 51 and 60 train queries, 20 mined and rolled out
+        assert o["episodes_per_s"] > 0 and o["mining_s"] > 0
+        assert o["seconds_per_step"] == pytest.approx(1 / o["steps_per_s"])
+        ppo = o["ppo"]
+        assert o["ppo_samples_per_s"] == ppo["samples_per_s"] > 0
+        assert ppo["episodes"] == 128 and ppo["samples"] == ppo["transitions"] * ppo["ppo_epochs"] > 0
+        assert o["postings_per_step"] > 0 and o["query_postings_per_episode"] > 0 and 0 < o["expanding_fraction"] <= 1
+        assert o["lanes_bytes"] == 16 * r["num_docs"] * 4  # a float32 score lane per episode of a B=16 round
+        assert o["peak_rss"] >= o["peak_rss_rollout"] > 0
+
+
+def test_scale_caps_queries_and_picks_the_search_split(tmp_path):
+    from adaptive_ir.data import load_beir
+
+    scale = _scale()
+    collection = load_beir(_no_test_split(tmp_path / "c"))
+    qids, _, qrels = collection.split("train")
+    capped = scale.capped(collection, "train", 7, seed=1)
+    kept, texts, kept_qrels = capped.split("train")
+    assert len(kept) == 7 and set(kept) <= set(qids) and kept == sorted(kept, key=qids.index)  # natural order
+    assert kept == scale.capped(collection, "train", 7, seed=1).split("train")[0]  # seeded
+    assert kept != scale.capped(collection, "train", 7, seed=2).split("train")[0]
+    assert texts == [collection.queries["train"][q] for q in kept] and kept_qrels == {q: qrels[q] for q in kept}
+    assert capped.queries["dev"] == collection.queries["dev"]  # other splits untouched
+    assert scale.capped(collection, "train", 1000, seed=1) is collection
+    split, texts = scale.search_queries(collection, 5, seed=0)
+    assert split == "dev" and len(texts) == 5 and set(texts) <= set(collection.queries["dev"].values())
+    (tmp_path / "c" / "qrels" / "dev.tsv").rename(tmp_path / "c" / "qrels" / "test.tsv")
+    assert scale.search_queries(load_beir(tmp_path / "c"), None, seed=0)[0] == "test"
+
+
+def test_scale_peak_rss_is_the_workers_own():
+    """A worker's peak RSS is its own: ``ru_maxrss`` of a child started by a big parent reports the parent's."""
+    import numpy as np
+
+    ballast = np.ones(2 ** 27)  # 1 GiB, touched: this process is now bigger than a worker ever gets here
+    code = "import sys; sys.path.insert(0, 'benchmarks'); import scale; print(scale._peak_rss())"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 0 < int(proc.stdout) < ballast.nbytes
+
+
+def test_scale_corpus_is_seeded_and_shaped(tmp_path):
+    from argparse import Namespace
+
+    scale = _scale()
     args = Namespace(vocab=5000, zipf=1.0, doc_len=80.0, non_ascii=0.3, train_queries=40, test_queries=10, seed=3)
     a = scale.generate(tmp_path / "a", 2000, args)
     b = scale.generate(tmp_path / "b", 2000, args)
