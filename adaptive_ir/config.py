@@ -37,8 +37,9 @@ from adaptive_ir.errors import ConfigError, where
 
 log = logging.getLogger(__name__)
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-"""The shipped configs; a bare name given to `load_config` is looked up here."""
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+"""The shipped configs, inside the package (a checkout's top-level ``configs/`` links here); a bare name given to
+`load_config` is looked up here."""
 
 
 @dataclass(frozen=True)
@@ -390,21 +391,6 @@ class Config:
     def split_seed(self) -> int:
         """The seed that carves dev from train: data.split_seed, or system.seed when that is None."""
         return self.system.seed if self.data.split_seed is None else self.data.split_seed
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The settings a checkpoint's tensors depend on; a checkpoint loads only into an equal fingerprint."""
-        return {
-            "embeddings.type": self.embeddings.type,
-            "embeddings.path": self.embeddings.path,
-            "embeddings.embedding_dim": self.embeddings.embedding_dim,
-            "rl_agent.hidden_dim": self.rl_agent.hidden_dim,
-            "rl_agent.num_heads": self.rl_agent.num_heads,
-            "rl_agent.num_layers": self.rl_agent.num_layers,
-            "rl_agent.max_steps_per_episode": self.rl_agent.max_steps_per_episode,
-            "candidate_mining.max_candidates": self.candidate_mining.max_candidates,
-            "data.dataset_type": self.data.dataset_type,
-            "data.data_dir": self.data.data_dir,
-        }
 
 
 # Each section field's default_factory is its dataclass.

@@ -132,7 +132,8 @@ def test_init_from_starts_from_the_source_policy_of_the_same_seed(tmp_path):
     # training goes on from the source weights with a fresh optimizer and counters
     tuned = tiny_config(tmp_path / "tuned", **{"system.seed": 7, "training.init_from": template})
     trainer = Trainer(tuned, progress=False, collection=default_collection())
-    assert_same_state(state(trainer), state(trained)) and trainer.update == 0 and not trainer.optimizer.state
+    assert_same_state(state(trainer), state(trained))
+    assert trainer.update == 0 and not trainer.optimizer.state
     trainer.train()
     assert trainer.update == trained.update
     assert any(not torch.equal(a, b) for a, b in zip(state(trainer).values(), state(trained).values()))
@@ -140,7 +141,8 @@ def test_init_from_starts_from_the_source_policy_of_the_same_seed(tmp_path):
     with pytest.raises(CheckpointError, match="seed-8.*not found"):
         Trainer(tiny_config(tmp_path / "s8", **{"system.seed": 8, "training.init_from": template}),
                 progress=False, collection=default_collection())
-    with pytest.raises(CheckpointError, match="another shape: rl_agent.hidden_dim"):
+    with pytest.raises(CheckpointError, match="does not fit this setup: rl_agent.hidden_dim: checkpoint 32 vs this "
+                                              "setup 48"):
         Trainer(tiny_config(tmp_path / "h", **{"system.seed": 7, "training.init_from": template,
                                                "rl_agent.hidden_dim": 48}),
                 progress=False, collection=default_collection())
