@@ -70,8 +70,8 @@ def _difference(key: str, saved: Any, now: Any) -> str:
     if isinstance(saved, list) and isinstance(now, list) and key == "features":
         extra, missing = [x for x in saved if x not in now], [x for x in now if x not in saved]
         if extra or missing:
-            return (f"features: the checkpoint's {_show(saved)} vs this setup's {_show(now)} "
-                    f"(only the checkpoint has {_show(extra)}, only this setup {_show(missing)})")
+            return "features: " + ", ".join(f"only {side} has {_show(names)}" for side, names in
+                                            (("the checkpoint", extra), ("this setup", missing)) if names)
     return f"{key}: checkpoint {_show(saved)} vs this setup {_show(now)}"
 
 

@@ -90,7 +90,7 @@ def update_rows(out: Path) -> dict[int, dict]:
     rows = {}
     for r in read_metrics(out / "logs" / "metrics.jsonl"):
         if "charts/episodic_return" in r:
-            rows[r["step"]] = {k: v for k, v in r.items() if k not in TIMING and not k.startswith("gpu/")}
+            rows[r["update"]] = {k: v for k, v in r.items() if k not in TIMING and not k.startswith("gpu/")}
     return rows
 
 

@@ -71,7 +71,7 @@ def snapshot(out: Path) -> dict[str, str]:
 
 
 def update_steps(out: Path) -> list[int]:
-    return [r["step"] for r in read_metrics(out / "logs" / "metrics.jsonl") if "charts/episodic_return" in r]
+    return [r["update"] for r in read_metrics(out / "logs" / "metrics.jsonl") if "charts/episodic_return" in r]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
