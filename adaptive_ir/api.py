@@ -4,7 +4,7 @@
     result = adaptive_ir.train("quickstart", test=True, **{"training.num_epochs": 2})
     result.best_checkpoint, result.test["agent"]["R@40"]
     adaptive_ir.evaluate(result.best_checkpoint, split="dev")      # the config stored in the checkpoint
-    adaptive_ir.export(result.best_checkpoint, "my-policy")        # safetensors + spec + model card
+    adaptive_ir.api.export(result.best_checkpoint, "my-policy")    # safetensors + spec + model card
 
 Overrides are config keys, ``section.key`` (in a dict: ``**{"training.num_epochs": 2}``) or ``section__key``
 (``training__num_epochs=2``), with the values ``--set`` takes.
