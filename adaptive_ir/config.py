@@ -265,10 +265,12 @@ class TrainingConfig:
     """Epochs; an epoch is the episodes that cover the train queries once. 0 (with init_from): no training, the
     starting policy is the run's policy."""
     init_from: str | None = None
-    """A policy trained elsewhere to start from (weights only; optimizer, schedule and counters start fresh):
-    a checkpoint path, where ``{seed}`` stands for system.seed, so that each seed of ``compare`` starts from the
-    same seed of the source run. It may come from another collection: its embeddings, candidate_mining.methods
-    and rl_agent sizes must equal this config's. None: start from a fresh policy."""
+    """A policy trained elsewhere to start from (weights only; optimizer, schedule and counters start fresh): a
+    checkpoint path, an exported policy folder (``adaptive-ir export``) or, when no such path exists, the name of a
+    policy shipped in the package (``adaptive_ir/policies``: nfcorpus-seed-1, -2, -3, -42). ``{seed}`` stands for
+    system.seed, so that each seed of ``compare`` starts from the same seed of the source run. It may come from
+    another collection: its policy spec (embedder, candidate features, M, T, network sizes) must equal this
+    config's. None: start from a fresh policy."""
     batch_size: Count = 64
     """PPO minibatch size (transitions per gradient step)."""
     collect_batch_size: Count = 32
