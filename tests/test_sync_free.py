@@ -75,8 +75,9 @@ def test_collect_and_update_make_no_host_sync(world, amp):
     opt = make_optimizer(agent.parameters(), 1e-3)
     settings = PPOSettings(epochs=2, minibatch_size=16, target_kl=0.5)
     with SyncDetector(raise_on_sync=False) as d:
+        # the accelerator's path: the KL stop is read once per epoch, in allowed_sync (the CPU reads it per minibatch)
         stats = ppo_update(agent, opt, amp, buf, world.qs, adv, ret, settings, torch.Generator().manual_seed(0),
-                           samples)
+                           samples, stop_check="epoch")
     assert d.events == []
     assert stats["minibatches"] > 0 and all(st["step"] > 0 for st in opt.state.values())
     assert amp.scaler.is_enabled() == (amp.enabled and amp.dtype == torch.float16)
