@@ -47,12 +47,14 @@ def model_card(meta: dict) -> str:
     name = Path(cfg["data"].get("data_dir") or cfg["data"]["dataset_type"]).name
     dev = origin.get("dev_selection")
     rows = "\n".join(f"| `{k}` | `{json.dumps(v)}` |" for k, v in spec.items() if k != "format")
+    k = cfg["retrieval"]["reward_k"]
+    weights = cfg["training"]["reward_weights"] or {cfg["retrieval"]["reward_metric"]: 1.0}
+    reward = " + ".join(f"{w:g} × Δ{'Recall' if m == 'recall' else 'RR'}@{k}" for m, w in weights.items() if w)
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
 {spec['candidate_mining.max_candidates']} candidate terms mined from its feedback documents (Nogueira & Cho 2017),
-trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on `{name}` with the reward
-{cfg['training']['reward_weights'] or cfg['retrieval']['reward_metric']} at {cfg['retrieval']['reward_k']}.
+trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on `{name}` with the reward {reward}.
 
 - **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
   data's identity, the full training config), this card.
