@@ -140,9 +140,9 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path, monkeypatch, capsys):
 
     real_log = Monitor.log
 
-    def log_then_terminate(monitor, step, scalars):
-        real_log(monitor, step, scalars)
-        if step == 1 and "charts/episodic_return" in scalars:
+    def log_then_terminate(monitor, update, scalars, *counts):
+        real_log(monitor, update, scalars, *counts)
+        if update == 1 and "charts/episodic_return" in scalars:
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(Monitor, "log", log_then_terminate)
