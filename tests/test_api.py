@@ -43,7 +43,8 @@ def test_a_second_train_of_the_config_is_numbered_as_on_the_command_line(tmp_pat
 def test_evaluate_matches_the_command(result, tmp_path, capsys):
     ours = adaptive_ir.evaluate(result.best_checkpoint, split="dev")  # the config stored in the checkpoint
     assert main(["evaluate", "--config", "quickstart", "--checkpoint", str(result.best_checkpoint), "--split", "dev",
-                 "--baselines", "--json", str(tmp_path / "e.json"), "--no-progress",
+                 "--baselines", "--json", str(tmp_path / "e.json"), "--no-progress", "--output-dir",
+                 str(result.output_dir),  # its caches: those of the run, as the checkpoint's own config says
                  *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")]]) == 0
     assert ours == json.loads((tmp_path / "e.json").read_text())
     assert ours["agent"]["R@40"] == pytest.approx(result.best_dev)  # the dev score that selected it

@@ -22,7 +22,7 @@ from adaptive_ir.retrieval import Retriever, index_folder
 from adaptive_ir.trainer import Trainer
 
 from helpers import default_collection, tiny_config
-from test_sync_free import setup as sync_setup
+from test_sync_free import agent_env_buffer
 from test_sync_free import world  # noqa: F401 - a fixture
 
 VOLATILE = {"charts/SPS", "charts/episodes_per_s"}
@@ -155,7 +155,7 @@ def kl_stopped_update(w, monkeypatch, mode: str):
     from adaptive_ir.rollout import collect
 
     amp = AmpContext(torch.device("cpu"), False)
-    agent, env, buf = sync_setup(w, amp)
+    agent, env, buf = agent_env_buffer(w, amp)
     collect(agent, amp, w.qs, env, buf, torch.arange(len(w.qs)), 0, torch.Generator().manual_seed(0))
     adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, 0.99, 0.95)
     samples = int(buf.alive.sum())

@@ -173,6 +173,15 @@ def _streamed(texts: list[str], chunk: int) -> CorpusTerms:
     return CorpusTerms.build((texts[i:i + chunk] for i in range(0, len(texts), chunk)), Analyzer(), len(texts))
 
 
+def assert_same_as_bm25s(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Bit for bit with numpy >= 2. Under numpy 1.x's value-based casting (before NEP 50) bm25s rounds some impacts
+    differently: there they agree to 2 ulp (measured on SciFact with numpy 1.24)."""
+    if int(np.__version__.split(".")[0]) >= 2:
+        assert np.array_equal(ours, theirs)
+    else:
+        np.testing.assert_array_max_ulp(ours, theirs, maxulp=2)
+
+
 @pytest.mark.parametrize("chunk,chars,block", [(1, 1 << 20, 1), (2, 1 << 20, 3), (3, 1 << 20, 1 << 20),
                                                 (100, 40, 7), (100, 1, 1 << 20)])
 def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, block, monkeypatch):
@@ -201,7 +210,7 @@ def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, blo
     data, indices, indptr = _bm25s_arrays(streamed, K1, B)
     assert index.indices.dtype == torch.int32
     assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
-    assert np.array_equal(index.data.numpy(), data)  # bit for bit
+    assert_same_as_bm25s(index.data.numpy(), data)
     # the miner's per-posting impacts are the index's numbers
     docs = np.repeat(np.arange(streamed.num_docs), np.diff(streamed.indptr))
     impacts = index.weights.impacts(streamed.terms, streamed.tf, streamed.doc_len[docs])
@@ -220,7 +229,7 @@ def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
     index = BM25Index.build(corpus, K1, B)
     data, indices, indptr = _bm25s_arrays(corpus, K1, B)
     assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
-    np.testing.assert_array_equal(index.data.numpy(), data)
+    assert_same_as_bm25s(index.data.numpy(), data)
     assert corpus.vocab.terms == CorpusTerms.build([texts], Analyzer()).vocab.terms
 
 

@@ -48,7 +48,7 @@ def test_detector_catches_the_sync_primitives():
             x.tolist()
 
 
-def setup(world, amp: AmpContext, compact: bool = False):
+def agent_env_buffer(world, amp: AmpContext, compact: bool = False):
     torch.manual_seed(0)
     qs = world.qs
     agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2, num_layers=0)
@@ -62,7 +62,7 @@ def setup(world, amp: AmpContext, compact: bool = False):
 @pytest.mark.parametrize("amp", [AmpContext(torch.device("cpu"), False),
                                  AmpContext(torch.device("cpu"), True, "float16")], ids=["fp32", "fp16+scaler"])
 def test_collect_and_update_make_no_host_sync(world, amp):
-    agent, env, buf = setup(world, amp)
+    agent, env, buf = agent_env_buffer(world, amp)
     qidx = torch.arange(len(world.qs))
     gen = torch.Generator().manual_seed(0)
     with SyncDetector():
@@ -85,7 +85,7 @@ def test_collect_and_update_make_no_host_sync(world, amp):
 
 def test_episode_start_without_kept_first_scores_makes_no_host_sync(world):
     # when the QuerySet's first scores are not kept (too many queries), each reset searches q0, sized on the host
-    _, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
+    _, env, _ = agent_env_buffer(world, AmpContext(torch.device("cpu"), False))
     small = ReformulationEnv(world.qs, env.index, 4, 40, env.reward_weights, compact=False,
                              max_state_cells=8 * env.index.num_docs)
     assert small._initial is None
@@ -96,14 +96,14 @@ def test_episode_start_without_kept_first_scores_makes_no_host_sync(world):
 
 
 def test_greedy_rewrite_makes_no_host_sync(world):
-    agent, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
+    agent, env, _ = agent_env_buffer(world, AmpContext(torch.device("cpu"), False))
     with SyncDetector():
         greedy_rewrite(agent, AmpContext(torch.device("cpu"), False), env, torch.arange(len(world.qs)))
 
 
 def test_compact_mode_reads_counts_and_the_detector_sees_it(world):
     # the CPU's default mode reads values on purpose (free on the CPU); the detector must notice
-    agent, env, buf = setup(world, AmpContext(torch.device("cpu"), False), compact=True)
+    agent, env, buf = agent_env_buffer(world, AmpContext(torch.device("cpu"), False), compact=True)
     with SyncDetector(raise_on_sync=False) as d:
         collect(agent, AmpContext(torch.device("cpu"), False), world.qs, env, buf, torch.arange(len(world.qs)), 0,
                 torch.Generator().manual_seed(0))
