@@ -1,3 +1,29 @@
-"""adaptive-ir: batched reinforcement learning for query reformulation."""
+"""adaptive-ir: batched reinforcement learning for query reformulation.
+
+``adaptive_ir.train(config, **overrides)`` and ``adaptive_ir.evaluate(checkpoint, ...)`` do what the commands of the
+same names do (``adaptive_ir/api.py``, which also has ``export``); ``adaptive_ir.reformulate.Reformulator`` rewrites
+queries.
+"""
+
+import sys
+import types
 
 __version__ = "0.1.0"
+
+from .api import TrainResult, evaluate, train  # noqa: E402 - after __version__, which setuptools reads
+
+
+class _Package(types.ModuleType):
+    """The package keeps ``evaluate`` the API function: importing the submodule ``adaptive_ir.evaluate`` (the
+    metrics) would otherwise rebind the package's attribute to it. The submodule stays importable by its full name
+    (``from adaptive_ir.evaluate import ...``)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "evaluate" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+__all__ = ["train", "evaluate", "TrainResult", "__version__"]

@@ -1,9 +1,10 @@
 """Checkpoints on disk: save, load, the compatibility check, and an agent rebuilt from one for inference.
 
 A checkpoint is one ``torch.save`` dict (model, optimizer, scheduler, AMP scaler, random generators, sampler,
-counters, the full config and its model/data fingerprint, and ``run``: the identity of the run that wrote it, see
-``rundir.py``) written atomically, plus a ``<name>.json`` sidecar holding its sha256. Files written before run
-identities were recorded have no ``run`` key and still load.
+counters, the full config, the policy's ``spec`` and the ``data`` identity of its collection (``spec.py``), and
+``run``: the identity of the run that wrote it, see ``rundir.py``) written atomically, plus a ``<name>.json`` sidecar
+holding its sha256. Files written before run identities or specs were recorded have no ``run`` / ``spec`` key and
+still load (checked by the config keys they store).
 
 The trainer (the loop) and the reformulator (inference) both import from here, never from each other.
 """
@@ -18,9 +19,11 @@ import torch
 
 from .config import Config, config_from_dict, resolve_device
 from .errors import CheckpointError
+from .export import SHIPPED_DIR, SPEC, WEIGHTS, read_export, shipped_policies
 from .io import atomic_write_bytes, atomic_write_json, sha256
 from .policy import Agent
 from .ppo import AmpContext
+from .spec import check_fits, data_identity, policy_spec
 from .workspace import Workspace
 
 CHECKPOINT_FORMAT = 1
@@ -45,55 +48,62 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
                                                   "update": state["counters"]["update"], "run": run.get("id")})
 
 
-def _differences(theirs: dict, ours: dict) -> str:
-    """The keys whose values differ, as 'key: checkpoint A vs config B, ...' ('' when none do)."""
-    return ", ".join(f"{k}: checkpoint {v!r} vs config {ours.get(k)!r}" for k, v in theirs.items() if ours.get(k) != v)
+RESUME_ADVICE = ("use the config it was trained with (its own is stored in it: adaptive-ir reformulate reads it), "
+                 "or start a new run")
 
 
-def load_compatible(path: str | Path, cfg: Config) -> dict:
-    """A checkpoint whose model/data fingerprint equals ``cfg``'s, else CheckpointError naming the differences."""
+def load_compatible(path: str | Path, cfg: Config, ws: Workspace) -> dict:
+    """A checkpoint whose policy spec and data identity fit ``cfg`` over ``ws`` (resume, evaluate, test), else
+    CheckpointError naming every key that differs (``spec.check_fits``)."""
     s = load_checkpoint(path)
-    diff = _differences(s["fingerprint"], cfg.fingerprint())
-    if diff:
-        raise CheckpointError(f"{path}: checkpoint was trained with a different model/data setup: {diff}; use the "
-                              "config it was trained with, or start a new run")
+    check_fits(str(path), s, policy_spec(cfg, ws), data_identity(ws), RESUME_ADVICE)
     return s
 
 
 def init_policy_path(cfg: Config) -> Path:
-    """training.init_from with ``{seed}`` replaced by system.seed."""
-    return Path(cfg.training.init_from.replace("{seed}", str(cfg.system.seed)))
+    """training.init_from with ``{seed}`` replaced by system.seed: a checkpoint, an exported policy folder, or, when
+    no such path exists, the name of a policy shipped with the package (``adaptive_ir/policies/<name>``)."""
+    value = cfg.training.init_from.replace("{seed}", str(cfg.system.seed))
+    path = Path(value)
+    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / value / SPEC).is_file():
+        return SHIPPED_DIR / value
+    return path
+
+
+def require_init_policy(cfg: Config) -> Path:
+    """The training.init_from path, or CheckpointError when there is none (checked before any precompute)."""
+    path = init_policy_path(cfg)
+    if not path.exists():
+        raise CheckpointError(f"training.init_from: {path} not found, and no shipped policy has that name (shipped: "
+                              f"{', '.join(shipped_policies()) or 'none'}); train the source run first (e.g. "
+                              f"adaptive-ir compare --config <source> --seeds {cfg.system.seed}), or point init_from "
+                              "at a checkpoint or an exported policy folder")
+    return path
+
+
+def read_policy(path: str | Path) -> tuple[dict, str]:
+    """A checkpoint (``.pt``) or an exported policy folder, and the sha256 of the file its weights were read from."""
+    path = Path(path)
+    return read_export(path) if path.is_dir() else read_checkpoint(path)
 
 
 def init_policy_sha256(cfg: Config) -> str | None:
-    """sha256 of the training.init_from file as it is now (None without init_from, or when it is missing): a run
-    records the one it started from, and ``compare`` refuses to reuse a seed that started from another."""
+    """sha256 of the training.init_from weights as they are now (None without init_from, or when it is missing): a
+    run records the one it started from, and ``compare`` refuses to reuse a seed that started from another."""
     path = init_policy_path(cfg) if cfg.training.init_from else None
-    return sha256(path.read_bytes()) if path is not None and path.is_file() else None
+    if path is None or not path.exists():
+        return None
+    return sha256(((path / WEIGHTS) if path.is_dir() else path).read_bytes())
 
 
-def _policy_shape(fingerprint: dict, methods) -> dict:
-    """What a policy's weights depend on whatever the collection: the fingerprint without its data keys, and the
-    candidate methods (they set the features)."""
-    return {k: v for k, v in fingerprint.items() if not k.startswith("data.")} | {
-        "candidate_mining.methods": list(methods)}
-
-
-def load_policy_from(cfg: Config) -> tuple[dict, str]:
-    """The checkpoint of ``training.init_from`` and the sha256 of the bytes it was read from, checked to fit
-    ``cfg``'s policy (the collection may differ: the embeddings, the candidate features and the network sizes may
+def load_policy_from(cfg: Config, ws: Workspace) -> tuple[dict, str]:
+    """The policy of ``training.init_from`` and the sha256 of the bytes it was read from, checked to fit ``cfg``'s
+    policy over ``ws`` (the collection may differ: the embeddings, the candidate features and the network sizes may
     not)."""
-    path = init_policy_path(cfg)
-    if not path.is_file():
-        raise CheckpointError(f"training.init_from: {path} not found; train the source run first (e.g. adaptive-ir "
-                              f"compare --config <source> --seeds {cfg.system.seed}), or point init_from at a "
-                              "checkpoint")
-    s, digest = read_checkpoint(path)
-    diff = _differences(_policy_shape(s["fingerprint"], s["config"]["candidate_mining"]["methods"]),
-                        _policy_shape(cfg.fingerprint(), cfg.candidate_mining.methods))
-    if diff:
-        raise CheckpointError(f"training.init_from: {path} holds a policy of another shape: {diff}; set them as the "
-                              "source run had them, or start from a fresh policy")
+    path = require_init_policy(cfg)
+    s, digest = read_policy(path)
+    check_fits(f"training.init_from: {path}", s, policy_spec(cfg, ws), None,
+               "set those keys as the source policy had them, or start from a fresh policy (training.init_from: null)")
     return s, digest
 
 
@@ -125,6 +135,11 @@ def read_checkpoint(path: str | Path) -> tuple[dict, str]:
 
 def describe_origin(path: str | Path, state: dict) -> str:
     """One line saying which run wrote a checkpoint and at which update (printed by evaluate and reformulate)."""
+    if "origin" in state:  # an exported policy
+        origin = state["origin"]
+        run_id, seed = (origin.get("run") or {}).get("id"), state["config"]["system"]["seed"]
+        return (f"exported policy {path} (sha256 {state['sha256'][:12]}): from {origin['checkpoint']} at update "
+                f"{origin['update']} of run {run_id}, seed {seed}")
     update = state.get("counters", {}).get("update")
     run = state.get("run")
     if not run:
@@ -145,6 +160,8 @@ def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: s
         cfg.data.data_dir = data_dir
     dev = torch.device(resolve_device(device))
     ws = Workspace(cfg, dev, progress=False)
+    check_fits(str(checkpoint), state, policy_spec(cfg, ws), data_identity(ws),
+               "pass --data-dir with the collection it was trained on")
     agent = build_agent(cfg, ws, dev)
     agent.core.load_state_dict(state["model"])
     agent.eval()

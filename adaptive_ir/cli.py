@@ -1,4 +1,4 @@
-"""Command line: ``adaptive-ir {train,evaluate,compare,reformulate,oracle}``; ``train_optimized.py`` wraps
+"""Command line: ``adaptive-ir {train,evaluate,compare,reformulate,oracle,export}``; ``train_optimized.py`` wraps
 ``train``."""
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     ap = argparse.ArgumentParser(prog="adaptive-ir", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"adaptive-ir {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a reformulation agent with PPO")
@@ -79,8 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data-dir", help="collection folder, if it moved since training")
     r.add_argument("--device", default="auto")
     r.add_argument("--top-docs", type=int, default=10)
-    r.add_argument("--json", action="store_true", help="print JSON")
+    r.add_argument("--format", choices=("text", "json", "lucene"), default="text",
+                   help="text (default); json; lucene: one weighted query per line in Lucene query syntax "
+                        "(term^0.5), for Anserini / Pyserini / Elasticsearch")
+    r.add_argument("--json", action="store_true", help="same as --format json")
     r.add_argument("--debug", action="store_true")
+
+    x = sub.add_parser("export", help="write a checkpoint's policy as policy.safetensors + policy.json (its spec) "
+                       "+ README.md (model card)")
+    x.add_argument("--checkpoint", required=True)
+    x.add_argument("--output-dir", required=True, help="folder to write the three files into")
+    x.add_argument("--data-dir", help="the collection, for a checkpoint written before specs were recorded")
+    x.add_argument("--debug", action="store_true")
     return ap
 
 
@@ -220,32 +233,17 @@ def _start_run(cfg, args):
 
 
 def cmd_evaluate(args) -> int:
-    import torch
-
-    from .checkpoint import build_agent, describe_origin, load_compatible
-    from .config import load_config, resolve_device
+    from .api import evaluate_config
+    from .config import load_config
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
-    from .methods import evaluate_split
-    from .ppo import AmpContext
-    from .workspace import Workspace
 
-    agent = amp = None
     cfg = load_config(args.config, _overrides(args))
-    device = torch.device(resolve_device(cfg.system.device))
-    # only the evaluated split's judgments are read (with --split dev the test qrels stay unopened)
-    ws = Workspace(cfg, device, progress=not args.no_progress, splits=(args.split,))
-    if args.checkpoint:
-        state = load_compatible(args.checkpoint, cfg)
-        print(describe_origin(args.checkpoint, state), flush=True)
-        agent = build_agent(cfg, ws, device)
-        agent.core.load_state_dict(state["model"])
-        amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
-    if agent is None and not args.baselines:
-        args.baselines = True  # nothing else to evaluate
-    results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=args.baselines,
-                             run_dir=Path(args.run_dir) if args.run_dir else None, oracle=args.oracle)
-    table = format_table(results, f"{ws.collection.name} / {args.split}")
+    results, name, origin = evaluate_config(cfg, args.checkpoint, args.split, args.baselines, args.oracle,
+                                            args.run_dir, not args.no_progress)
+    if origin:
+        print(origin, flush=True)
+    table = format_table(results, f"{name} / {args.split}")
     print(table)
     if args.json:
         atomic_write_json(args.json, results)
@@ -280,12 +278,17 @@ def cmd_compare(args) -> int:
 def cmd_reformulate(args) -> int:
     from .reformulate import Reformulator
 
+    fmt = "json" if args.json else args.format
     ref = Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir)
-    # stdout stays pure JSON with --json: the checkpoint's origin then goes to stderr
-    print(ref.origin, file=sys.stderr if args.json else sys.stdout, flush=True)
+    # stdout stays pure JSON / queries with --format json / lucene: the checkpoint's origin then goes to stderr
+    print(ref.origin, file=sys.stderr if fmt != "text" else sys.stdout, flush=True)
     results = ref.reformulate(args.queries, top_docs=args.top_docs)
-    if args.json:
+    if fmt == "json":
         print(json.dumps(results, indent=1))
+        return 0
+    if fmt == "lucene":
+        for r in results:
+            print(r["lucene_query"])
         return 0
     for r in results:
         print(f"query:     {r['query']}")
@@ -296,13 +299,21 @@ def cmd_reformulate(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .api import export
+
+    folder = export(args.checkpoint, args.output_dir, args.data_dir)
+    print(f"wrote {folder}/policy.safetensors, policy.json and README.md")
+    return 0
+
+
 def cmd_oracle(args) -> int:
     args.checkpoint, args.baselines, args.oracle, args.markdown, args.run_dir = None, True, True, None, None
     return cmd_evaluate(args)
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "compare": cmd_compare, "reformulate": cmd_reformulate,
-            "oracle": cmd_oracle}
+            "oracle": cmd_oracle, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

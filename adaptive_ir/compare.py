@@ -148,7 +148,7 @@ def seed_agent(cfg: Config, trainer: Trainer | None, split: str, progress: bool)
         ws = Workspace(cfg, device, progress=progress, splits=(split,))
         agent = build_agent(cfg, ws, device)
         amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
-    agent.core.load_state_dict(load_compatible(best, cfg)["model"])
+    agent.core.load_state_dict(load_compatible(best, cfg, ws)["model"])
     return ws, agent, amp
 
 

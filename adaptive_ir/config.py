@@ -37,8 +37,9 @@ from adaptive_ir.errors import ConfigError, where
 
 log = logging.getLogger(__name__)
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-"""The shipped configs; a bare name given to `load_config` is looked up here."""
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+"""The shipped configs, inside the package (a checkout's top-level ``configs/`` links here); a bare name given to
+`load_config` is looked up here."""
 
 
 @dataclass(frozen=True)
@@ -275,10 +276,12 @@ class TrainingConfig:
     """Epochs; an epoch is the episodes that cover the train queries once. 0 (with init_from): no training, the
     starting policy is the run's policy."""
     init_from: str | None = None
-    """A policy trained elsewhere to start from (weights only; optimizer, schedule and counters start fresh):
-    a checkpoint path, where ``{seed}`` stands for system.seed, so that each seed of ``compare`` starts from the
-    same seed of the source run. It may come from another collection: its embeddings, candidate_mining.methods
-    and rl_agent sizes must equal this config's. None: start from a fresh policy."""
+    """A policy trained elsewhere to start from (weights only; optimizer, schedule and counters start fresh): a
+    checkpoint path, an exported policy folder (``adaptive-ir export``) or, when no such path exists, the name of a
+    policy shipped in the package (``adaptive_ir/policies``: nfcorpus-seed-1, -2, -3, -42). ``{seed}`` stands for
+    system.seed, so that each seed of ``compare`` starts from the same seed of the source run. It may come from
+    another collection: its policy spec (embedder, candidate features, M, T, network sizes) must equal this
+    config's. None: start from a fresh policy."""
     batch_size: Count = 64
     """PPO minibatch size (transitions per gradient step)."""
     collect_batch_size: Count = 32
@@ -422,21 +425,6 @@ class Config:
     def split_seed(self) -> int:
         """The seed that carves dev from train: data.split_seed, or system.seed when that is None."""
         return self.system.seed if self.data.split_seed is None else self.data.split_seed
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The settings a checkpoint's tensors depend on; a checkpoint loads only into an equal fingerprint."""
-        return {
-            "embeddings.type": self.embeddings.type,
-            "embeddings.path": self.embeddings.path,
-            "embeddings.embedding_dim": self.embeddings.embedding_dim,
-            "rl_agent.hidden_dim": self.rl_agent.hidden_dim,
-            "rl_agent.num_heads": self.rl_agent.num_heads,
-            "rl_agent.num_layers": self.rl_agent.num_layers,
-            "rl_agent.max_steps_per_episode": self.rl_agent.max_steps_per_episode,
-            "candidate_mining.max_candidates": self.candidate_mining.max_candidates,
-            "data.dataset_type": self.data.dataset_type,
-            "data.data_dir": self.data.data_dir,
-        }
 
 
 # Each section field's default_factory is its dataclass.

@@ -60,6 +60,42 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+CHECKSUMS = "sha256.json"
+"""The file of a cache folder that holds the sha256 of each of its other files."""
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, streamed (a large array is never read into memory whole)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: str | Path) -> None:
+    """Record the sha256 of every file of ``folder`` in its ``sha256.json`` (written atomically, last)."""
+    folder = Path(folder)
+    sums = {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUMS}
+    atomic_write_json(folder / CHECKSUMS, sums)
+
+
+def checksum_problem(folder: str | Path) -> str | None:
+    """What is wrong with a folder's files against its ``sha256.json`` (missing, changed), or None when they match."""
+    folder = Path(folder)
+    try:
+        sums = json.loads((folder / CHECKSUMS).read_text())
+    except (OSError, ValueError):
+        return f"no readable {CHECKSUMS}"
+    for name, digest in sums.items():
+        try:
+            if file_sha256(folder / name) != digest:
+                return f"{name}: checksum mismatch"
+        except OSError as e:
+            return f"{name}: {e.strerror}"
+    return None
+
+
 @contextlib.contextmanager
 def file_lock(path: str | Path, shared: bool = False):
     """Hold a blocking ``flock`` on ``path`` (created if absent): exclusive for writers, shared for readers.

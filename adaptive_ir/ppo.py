@@ -6,6 +6,11 @@ minibatch whose gradients are not finite, or that comes after the KL early stop,
 the fused Adam step takes a ``found_inf`` flag and leaves the parameters, moments and step count untouched.
 Statistics are summed on the device and read once at the end.
 
+The minibatches after a KL early stop are not run at all once the host knows of the stop: on the CPU, where a read
+is free, it is read after every minibatch; on an accelerator once before each epoch (one sync per epoch, none per
+minibatch), so the rest of the epoch in which the stop falls still runs, masked. Each epoch's minibatch order is
+drawn even when the epoch is skipped, so the generator's stream, hence the run, does not depend on the mode.
+
 Under DDP every rank runs the same number of minibatches (the largest rank's count, agreed by the caller), so
 every backward's gradient all-reduce has a partner; the skip decisions are taken from the all-reduced gradients
 and the all-reduced approximate KL, hence identical on every rank.
@@ -140,10 +145,12 @@ def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.
 def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, buf: RolloutBuffer,
                qs: QuerySet, advantages: torch.Tensor, returns: torch.Tensor, s: PPOSettings,
                generator: torch.Generator, samples: int, group_samples: int | None = None,
-               nonfinite_streak: int = 0) -> dict[str, float]:
+               nonfinite_streak: int = 0, stop_check: str | None = None) -> dict[str, float]:
     """One PPO update over the buffer's ``samples`` valid transitions (= ``buf.alive.sum()``, known to the caller);
     returns logged statistics. ``group_samples``: the largest ``samples`` over the DDP ranks (every rank runs the
-    minibatches that many samples need). ``optimizer`` must take ``found_inf`` (``make_optimizer``)."""
+    minibatches that many samples need). ``optimizer`` must take ``found_inf`` (``make_optimizer``).
+    ``stop_check``: when the host reads the KL stop, "minibatch" or "epoch" (module docstring); None: minibatch on
+    the CPU, epoch elsewhere."""
     if not getattr(optimizer, "_step_supports_amp_scaling", False):
         raise TypeError("ppo_update needs an optimizer that skips steps on the device (found_inf): "
                         "use adaptive_ir.ppo.make_optimizer (fused Adam)")
@@ -169,10 +176,17 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     streak = torch.full((), float(nonfinite_streak), device=device)
     worst = streak.clone()
     stopped = torch.zeros((), dtype=torch.bool, device=device)
+    per_minibatch = (stop_check or ("minibatch" if device.type == "cpu" else "epoch")) == "minibatch"
+    halted = False  # the host knows of the KL stop: what is left is skipped, not run
     agent.eval()  # the network the rollout sampled from: no train-only behaviour may change the ratio
     try:
-        for _ in range(s.epochs):
+        for epoch in range(s.epochs):
             order = torch.cat([torch.randperm(n, generator=generator, device=device), pad]).view(batches, size)
+            if s.target_kl is not None and epoch and not halted and not per_minibatch:
+                with allowed_sync():  # once per epoch (identical on every DDP rank: the KL is all-reduced)
+                    halted = bool(stopped)
+            if halted:
+                continue
             for mb, w in zip(order, weight):
                 loss, row = _losses(agent, amp, qs, d, mb, w, s)
                 optimizer.zero_grad(set_to_none=True)
@@ -195,6 +209,11 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
                 worst = torch.maximum(worst, streak)
                 if s.target_kl is not None:
                     stopped = stopped | (~skip & (row[3] > s.target_kl))
+                    if per_minibatch:
+                        with allowed_sync():
+                            halted = bool(stopped)
+                        if halted:
+                            break
     finally:  # the flag belongs to this update: no later step() may see it
         optimizer.__dict__.pop("found_inf", None)
     var_y = d.ret.var(unbiased=False)

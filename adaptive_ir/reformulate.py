@@ -38,11 +38,12 @@ def rrf(runs: list[Run], k: int, depth: int) -> Run:
 
 @torch.no_grad()
 def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: QuerySet, tables: Tables,
-              batch_size: int = 256, seed: int = 0) -> tuple[Run, list[list[str]]]:
+              batch_size: int = 256, seed: int = 0, weighted: list | None = None) -> tuple[Run, list[list[str]]]:
     """The agent's ranked lists for every query of ``qs`` and the terms it added to each.
 
     Greedy (deterministic) with one variant; with ``num_query_variants`` = n > 1, the greedy rewrite plus n−1
-    sampled ones (seeded, so still reproducible) are fused with reciprocal rank fusion.
+    sampled ones (seeded, so still reproducible) are fused with reciprocal rank fusion. ``weighted``, when given, is
+    filled with each greedy rewrite as searched: its (term, weight) pairs, original terms first.
     """
     agent.use_tables(tables)
     env = make_env(cfg, ws, qs, scored=False)  # the final rewrite is searched below; per-step rewards unused
@@ -63,6 +64,9 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
             if v == 0:
                 for i, row in zip(qidx.tolist(), terms[:, l0:].tolist()):
                     added[i] = [vocab[t] for t in row if t != ws.retriever.index.pad_id]
+                if weighted is not None:
+                    weighted.extend([(vocab[t], w) for t, w in zip(row_t, row_w) if t != ws.retriever.index.pad_id]
+                                    for row_t, row_w in zip(terms.tolist(), weights.tolist()))
         runs.append(to_run(qs.qids, ws.retriever.doc_ids, torch.cat(scores).numpy(), torch.cat(docs).numpy()))
     if variants == 1:
         return runs[0], added
@@ -83,13 +87,35 @@ class Reformulator:
         return cls(cfg, ws, agent, amp, describe_origin(checkpoint, state))
 
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
-        """For each query text: the rewritten query, the added terms and the top documents (id, score)."""
+        """For each query text: the rewritten query, the added terms, the rewrite as Lucene query syntax (the
+        analyzed terms with their weights, ``lucene_query``) and the top documents (id, score)."""
         qids = [f"q{i}" for i in range(len(queries))]
         qs, tables = self.ws.query_set("adhoc", qids, queries, None, cache_candidates=False)
-        run, added = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables)
+        weighted: list[list[tuple[str, float]]] = []
+        run, added = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables, weighted=weighted)
         out = []
-        for qid, text, terms in zip(qids, queries, added):
+        for qid, text, terms, pairs in zip(qids, queries, added, weighted):
             ranked = sorted(run[qid].items(), key=lambda kv: -kv[1])[:top_docs]
             out.append({"query": text, "added_terms": terms, "rewritten": " ".join([text, *terms]),
-                        "top_docs": ranked})
+                        "lucene_query": lucene_query(pairs), "top_docs": ranked})
         return out
+
+
+LUCENE_SPECIAL = set('+-&|!(){}[]^"~*?:\\/')
+"""Characters Lucene's classic query parser reads as syntax; a term holding one is escaped with a backslash."""
+
+
+def lucene_escape(term: str) -> str:
+    return "".join("\\" + c if c in LUCENE_SPECIAL else c for c in term)
+
+
+def lucene_query(pairs: list[tuple[str, float]]) -> str:
+    """A weighted bag of words in Lucene's classic query syntax (what Lucene's QueryParser, Solr, Elasticsearch's
+    query_string and Anserini/Pyserini through Lucene's parser read): ``term`` for weight 1, ``term^0.5`` otherwise.
+    A term that occurs more than once (a repeated query word) gets the sum of its weights, which is how BM25 scores
+    it here; terms keep their first position. Terms are the analyzer's output: the parser analyzes them again."""
+    total: dict[str, float] = {}
+    for term, weight in pairs:
+        total[term] = total.get(term, 0.0) + weight
+    return " ".join(lucene_escape(t) if abs(w - 1.0) < 1e-6 else f"{lucene_escape(t)}^{w:.4g}"
+                    for t, w in total.items())

@@ -2,9 +2,11 @@
 
 Built by streaming the collection's documents (``Collection.iter_doc_texts``) once, and kept on disk: one folder
 ``index-<key>/`` under the cache directory holds the BM25 arrays, the forward index and the vocabulary as ``.npy`` +
-JSON, ``params.json`` written last. The key covers the corpus content (a sha256 streamed over every document
-text), the analyzer's settings and the BM25 parameters, so later runs, ``adaptive-ir evaluate`` and the other DDP ranks
-memory-map the saved arrays instead of rebuilding them.
+JSON, ``params.json`` and ``sha256.json`` (the sha256 of every other file) written last, in a temporary folder
+renamed into place under the cache's lock (``index-<key>.lock`` beside it, ``io.file_lock``). The key covers the
+corpus content (a sha256 streamed over every document text), the analyzer and the BM25 parameters, so later runs,
+``adaptive-ir evaluate`` and the other DDP ranks memory-map the saved arrays instead of rebuilding them, once their
+checksums are verified: a damaged copy is rebuilt, never used.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 
 from .errors import DataError
 from .index import BM25Index
-from .io import fingerprint
+from .io import checksum_problem, file_lock, fingerprint, write_checksums
 from .progress import Progress
 from .text import Analyzer, CorpusTerms
 
@@ -75,7 +77,11 @@ class Retriever:
         folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer, scoring)
         if (folder / "params.json").is_file():
             try:
-                retriever = cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
+                with file_lock(_lock_path(folder), shared=True):  # not while a writer replaces the folder
+                    problem = checksum_problem(folder)
+                    if problem:
+                        raise DataError(problem)
+                    retriever = cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
                 log.info("index: memory-mapped from %s", folder)
                 return retriever
             except (DataError, OSError, ValueError, KeyError) as e:
@@ -88,19 +94,21 @@ class Retriever:
         return cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
 
     def save(self, folder: str | Path) -> None:
-        """Every array + ``vocab.json`` into a temporary folder (``params.json`` last), renamed to ``folder``."""
+        """Every array + ``vocab.json`` into a temporary folder (``params.json`` and ``sha256.json`` last), renamed
+        to ``folder`` under the cache's exclusive lock; an intact copy saved meanwhile by another process is kept."""
         folder = Path(folder)
         tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             self.corpus.save(tmp)
             self.index.save(tmp)
-            shutil.rmtree(folder, ignore_errors=True)  # a damaged earlier copy
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / "params.json").is_file():
-                raise
-            log.info("index %s was saved meanwhile by another process; using that one", folder)
+            write_checksums(tmp)
+            with file_lock(_lock_path(folder)):
+                if (folder / "params.json").is_file() and checksum_problem(folder) is None:
+                    log.info("index %s was saved meanwhile by another process; using that one", folder)
+                    return
+                shutil.rmtree(folder, ignore_errors=True)  # a damaged earlier copy
+                os.replace(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -172,6 +180,11 @@ def index_folder(cache_dir: str | Path, corpus_sha256: str, k1: float = 1.5, b: 
     identity = (analyzer or Analyzer()).identity
     settings = (k1, b, idf) if scoring == "bm25s" else (k1, b, idf, scoring)
     return Path(cache_dir) / f"index-{fingerprint('index', corpus_sha256, identity, *settings)}"
+
+
+def _lock_path(folder: Path) -> Path:
+    """The lock of an index folder: beside it, since the folder itself is replaced by a rename."""
+    return folder.with_name(f"{folder.name}.lock")
 
 
 def _hashing(chunks: Iterable[list[str]], digest) -> Iterator[list[str]]:

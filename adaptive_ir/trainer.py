@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from .buffer import RolloutBuffer, compute_gae
 from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
-                         load_policy_from, save_checkpoint)
+                         load_policy_from, require_init_policy, save_checkpoint)
 from .config import Config, config_to_dict, resolve_device
 from .errors import AdaptiveIRError
 from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
@@ -27,6 +27,7 @@ from .methods import evaluate_split
 from .ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
 from .reformulate import agent_run, make_env
 from .rollout import collect
+from .spec import data_identity, policy_spec
 from .warmstart import first_step_gains, warm_start
 from .telemetry import GPUTelemetry
 from .workspace import Workspace, seed_everything
@@ -116,6 +117,8 @@ class Trainer:
         if not cfg.embeddings.freeze:
             log.warning("embeddings.freeze: false is not supported (the embedding tables are precomputed data "
                         "shared by train, dev and test); training with frozen embeddings")
+        if tc.init_from and not resume:
+            require_init_policy(cfg)  # before the precompute: a missing source policy fails at once
         seed_everything(cfg.system.seed)
         self.device = torch.device(resolve_device(cfg.system.device))
         if not self.is_main:
@@ -130,12 +133,14 @@ class Trainer:
         if self.is_main and self.world > 1:
             torch.distributed.barrier()
         self.agent = build_agent(cfg, self.ws, self.device)
+        self.spec, self.data_id = policy_spec(cfg, self.ws), data_identity(self.ws)
         self.init_sha256 = None
-        """sha256 of the training.init_from checkpoint this run started from (kept in its checkpoints)."""
+        """sha256 of the training.init_from weights this run started from (kept in its checkpoints)."""
         if tc.init_from and not resume:  # before DDP wraps the core: every rank starts from the same weights
-            source, self.init_sha256 = load_policy_from(cfg)
+            source, self.init_sha256 = load_policy_from(cfg, self.ws)
             self.agent.core.load_state_dict(source["model"])
-            log.info("policy starts from %s", describe_origin(init_policy_path(cfg), source))
+            log.info("policy starts from %s; sha256 %s", describe_origin(init_policy_path(cfg), source),
+                     self.init_sha256)
         self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
         self._parallelize()
         self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
@@ -191,17 +196,22 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> dict:
         tc = self.cfg.training
-        monitor = Monitor(tc.log_path_dir) if self.is_main else None  # rank 0 alone logs, saves, evaluates
+        # rank 0 alone logs, saves, evaluates; a resumed run's log loses the rows after its checkpoint (replayed)
+        monitor = Monitor(tc.log_path_dir, (self.update, self.steps) if self.update else None) if self.is_main else None
         gpu = GPUTelemetry(GPU_SAMPLE_INTERVAL_S).start() if self.is_main else None
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         ppo = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
                           tc.batch_size, tc.target_kl)
         bar = tqdm(total=self.total_updates, initial=self.update, desc="train", disable=not self.progress)
+        consistent = True  # weights, optimizer, scheduler, generators and counters agree: last.pt may be written
         try:
             if tc.warm_start_queries and not self.warm_started and self.total_updates:
+                consistent = False  # the warm start moves the weights before warm_started is set
                 with self.ws.phases("warm start"):
                     self._warm_start(monitor)
+                consistent = True
             while self.update < self.total_updates and self.stop_signal is None:
+                consistent = False
                 t0, episodes_before = time.perf_counter(), self.episodes
                 stats = self._collect()
                 t_collect = time.perf_counter() - t0
@@ -218,6 +228,7 @@ class Trainer:
                 self.nonfinite_total += losses["nonfinite_skipped"]
                 self.scheduler.step()
                 self.update += 1
+                consistent = True
                 elapsed = self.ws.phases.add("training", time.perf_counter() - t0)
                 row = {"charts/episodic_return": stats["return"], "charts/final_metric": stats["final_metric"],
                        "charts/episode_length": stats["length"], "charts/learning_rate": self.scheduler.get_last_lr()[0],
@@ -225,7 +236,7 @@ class Trainer:
                        **{f"losses/{k}": v for k, v in losses.items() if k not in ("minibatches", "samples")},
                        "losses/nonfinite_total": self.nonfinite_total}
                 if self.is_main and (self.update % tc.log_freq == 0 or self.update == self.total_updates):
-                    monitor.log(self.update, row | gpu.latest())
+                    monitor.log(self.update, row | gpu.latest(), self.steps, self.episodes)
                 bar.update(1)
                 bar.set_postfix(ret=f"{stats['return']:.3f}", eps=f"{row['charts/episodes_per_s']:.0f}/s")
                 stop = False
@@ -252,9 +263,13 @@ class Trainer:
                 signal.signal(s, h)
             if self.is_main:
                 gpu.stop()
-                self.save(self.ckpt_dir / "last.pt")
-                if self.best_update < 0:  # no dev split: the last model is the best we know
-                    self.save(self.ckpt_dir / "best.pt")
+                if consistent:
+                    self.save(self.ckpt_dir / "last.pt")
+                    if self.best_update < 0:  # no dev split: the last model is the best we know
+                        self.save(self.ckpt_dir / "best.pt")
+                else:  # an exception mid-update: its weights moved, its counters did not; resume replays it whole
+                    log.warning("update %d stopped half-way; %s is left as it was (the last consistent state)",
+                                self.update + 1, self.ckpt_dir / "last.pt")
                 monitor.close()
         if self.is_main:
             log.info("time per phase: %s; peak RSS %.2f GiB", ", ".join(
@@ -346,7 +361,8 @@ class Trainer:
     def _evaluate_dev(self, monitor: Monitor) -> bool:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
         metrics, score = self._dev_score(self.dev_qs, self.dev_tables)
-        monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score})
+        monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score}, self.steps,
+                    self.episodes)
         if score > self.best + 1e-9:
             self.best, self.best_update, self.bad_evals, self.best_episodes = score, self.update, 0, self.episodes
             self.save(self.ckpt_dir / "best.pt")
@@ -373,7 +389,7 @@ class Trainer:
             self.save(best_path)
         self.full_dev = {"queries": len(qs), "sample_best": picked, "sample_best_update": self.best_update,
                          "last": last, "last_update": self.update, "chosen": chosen}
-        monitor.log(self.update, {"dev_full/sample_best": picked, "dev_full/last": last})
+        monitor.log(self.update, {"dev_full/sample_best": picked, "dev_full/last": last}, self.steps, self.episodes)
         log.info("whole dev split (%d queries): the sample's best (update %d) %.4f, the last model (update %d) "
                  "%.4f; best.pt is the %s", len(qs), self.best_update, picked, self.update, last,
                  "last model" if chosen == "last" else "sample's best")
@@ -384,7 +400,8 @@ class Trainer:
             "format": CHECKPOINT_FORMAT,
             "run": self.run,
             "config": config_to_dict(self.cfg),
-            "fingerprint": self.cfg.fingerprint(),
+            "spec": self.spec,
+            "data": self.data_id,
             "init_from_sha256": self.init_sha256,
             "model": self.agent.core.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -405,7 +422,7 @@ class Trainer:
         save_checkpoint(path, self.state())
 
     def load(self, path: str | Path) -> None:
-        s = load_compatible(path, self.cfg)
+        s = load_compatible(path, self.cfg, self.ws)
         self.agent.core.load_state_dict(s["model"])
         self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])
@@ -446,7 +463,7 @@ class Trainer:
     def test(self, checkpoint: str | Path | None = None, oracle: bool = True) -> dict[str, dict[str, float]]:
         """Evaluate the best checkpoint on the test split beside BM25 and RM3; writes test_metrics.json."""
         path = Path(checkpoint) if checkpoint else self.ckpt_dir / "best.pt"
-        self.agent.core.load_state_dict(load_compatible(path, self.cfg)["model"])
+        self.agent.core.load_state_dict(load_compatible(path, self.cfg, self.ws)["model"])
         results = evaluate_split(self.cfg, self.ws, self.agent, self.amp, "test", baselines=True,
                                  run_dir=Path(self.cfg.training.output_dir) / "runs", oracle=oracle)
         out = Path(self.cfg.training.output_dir)

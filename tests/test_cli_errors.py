@@ -193,14 +193,13 @@ def test_missing_checkpoint_for_reformulate(tmp_path, capsys):
 
 
 def test_checkpoint_from_an_incompatible_config(tmp_path, capsys):
-    other = load_config("quickstart", {"rl_agent.hidden_dim": "32"})
     ckpt = tmp_path / "other.pt"
-    save_checkpoint(ckpt, {"format": CHECKPOINT_FORMAT, "fingerprint": other.fingerprint(),
+    save_checkpoint(ckpt, {"format": CHECKPOINT_FORMAT, "spec": {"rl_agent.hidden_dim": 32},
                            "counters": {"update": 3}})
     rc, err = run_cli(capsys, "train", "--checkpoint", str(ckpt), "--output-dir", str(tmp_path / "out"),
                       "--no-progress")
-    assert_clean_error(rc, err, "other.pt", "rl_agent.hidden_dim: checkpoint 32 vs config 64",
-                       "start a new run")
+    assert_clean_error(rc, err, "other.pt", "does not fit this setup: rl_agent.hidden_dim: checkpoint 32 vs this "
+                       "setup 64", "start a new run")
 
 
 def test_corrupt_checkpoint(tmp_path, capsys):

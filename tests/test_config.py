@@ -154,16 +154,6 @@ def test_beir_configs():
         assert cfg.training.output_dir == f"runs/{name}"
 
 
-def test_small_collections_start_from_the_nfcorpus_policy_they_fit():
-    source = load_config("nfcorpus")
-    policy = lambda c: ({k: v for k, v in c.fingerprint().items() if not k.startswith("data.")},  # noqa: E731
-                        c.candidate_mining.methods)
-    for name in ("scifact", "cranfield", "cisi"):
-        cfg = load_config(name)
-        assert cfg.training.init_from == f"{source.training.output_dir}/seed-{{seed}}/checkpoints/best.pt"
-        assert policy(cfg) == policy(source)
-
-
 # --- PPO precedence and aliases ------------------------------------------------------------------------------
 
 
@@ -404,13 +394,6 @@ def test_dict_round_trip_is_validated():
     d["training"]["batch_size"] = 0
     with pytest.raises(ConfigError, match="training.batch_size"):
         config_from_dict(d)
-
-
-def test_fingerprint_tracks_model_shape_only():
-    base = load_config("quickstart")
-    assert load_config("quickstart", {"rl_agent.hidden_dim": "128"}).fingerprint() != base.fingerprint()
-    assert load_config("quickstart", {"training.learning_rate": "0.01"}).fingerprint() == base.fingerprint()
-    assert json.dumps(base.fingerprint())
 
 
 def test_derived_paths_default_under_output_dir():

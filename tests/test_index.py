@@ -193,6 +193,15 @@ def _streamed(texts: list[str], chunk: int) -> CorpusTerms:
     return CorpusTerms.build((texts[i:i + chunk] for i in range(0, len(texts), chunk)), Analyzer(), len(texts))
 
 
+def assert_same_as_bm25s(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Bit for bit with numpy >= 2. Under numpy 1.x's value-based casting (before NEP 50) bm25s rounds some impacts
+    differently: there they agree to 2 ulp (measured on SciFact with numpy 1.24)."""
+    if int(np.__version__.split(".")[0]) >= 2:
+        assert np.array_equal(ours, theirs)
+    else:
+        np.testing.assert_array_max_ulp(ours, theirs, maxulp=2)
+
+
 @pytest.mark.parametrize("chunk,chars,block", [(1, 1 << 20, 1), (2, 1 << 20, 3), (3, 1 << 20, 1 << 20),
                                                 (100, 40, 7), (100, 1, 1 << 20)])
 def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, block, monkeypatch):
@@ -221,7 +230,7 @@ def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, blo
     data, indices, indptr = _bm25s_arrays(streamed, K1, B)
     assert index.indices.dtype == torch.int32
     assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
-    assert np.array_equal(index.data.numpy(), data)  # bit for bit
+    assert_same_as_bm25s(index.data.numpy(), data)
     # the miner's per-posting impacts are the index's numbers
     docs = np.repeat(np.arange(streamed.num_docs), np.diff(streamed.indptr))
     impacts = index.weights.impacts(streamed.terms, streamed.tf, streamed.doc_len[docs])
@@ -240,7 +249,7 @@ def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
     index = BM25Index.build(corpus, K1, B)
     data, indices, indptr = _bm25s_arrays(corpus, K1, B)
     assert np.array_equal(index.indptr[:-1].numpy(), indptr) and np.array_equal(index.indices.numpy(), indices)
-    np.testing.assert_array_equal(index.data.numpy(), data)
+    assert_same_as_bm25s(index.data.numpy(), data)
     assert corpus.vocab.terms == CorpusTerms.build([texts], Analyzer()).vocab.terms
 
 
@@ -255,7 +264,8 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
 
     texts = MIXED_DOCS + TINY_DOCS
     built = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
-    (folder,) = tmp_path.iterdir()  # one folder, no temporary left behind
+    folder, lock = sorted(tmp_path.iterdir())  # one folder and its lock, no temporary left behind
+    assert lock.name == f"{folder.name}.lock"
     assert folder.name.startswith("index-") and (folder / "params.json").is_file()
     assert isinstance(built.corpus.terms, np.memmap) and isinstance(built.corpus.doc_len, np.memmap)
     fresh = Retriever.build(_collection(texts), K1, B, "okapi")
@@ -278,7 +288,7 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
     # another corpus content, or other BM25 parameters: another index
     Retriever.cached(_collection(texts[:-1] + ["changed"]), tmp_path, K1, B, "okapi")
     Retriever.cached(_collection(texts), tmp_path, K1, B, "lucene")
-    assert len(list(tmp_path.iterdir())) == 3
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 3
     # a damaged copy (here: arrays that disagree with params.json) is rebuilt, with a warning
     np.save(folder / "doc_terms.npy", np.zeros(3, np.int32))
     with caplog.at_level("WARNING"):

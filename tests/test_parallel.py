@@ -234,7 +234,7 @@ def test_ddp_two_processes_gloo_stay_in_sync(tmp_path):
     assert proc.stdout.count("trained 2 updates") == 1  # rank 0 alone reports and tests
     assert (out / "test_metrics.json").is_file() and (out / "checkpoints" / "best.pt").is_file()
     rows = read_metrics(out / "logs" / "metrics.jsonl")
-    assert [r["step"] for r in rows if "charts/episodic_return" in r] == [1, 2]  # one writer, not two
+    assert [r["update"] for r in rows if "charts/episodic_return" in r] == [1, 2]  # one writer, not two
     assert any("dev/R@40" in r for r in rows)
     run = json.loads((out / "run.json").read_text())  # rank 0 claimed the folder for both
     assert run["status"] == "completed" and run["device"]["processes"] == 2

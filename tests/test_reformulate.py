@@ -42,7 +42,8 @@ def test_greedy_decides_stop_versus_continue_first():
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref")
     cfg = tiny_config(out, **{"training.num_epochs": 2})
-    trainer = Trainer(cfg, progress=False, collection=default_collection())
+    # the collection the config names (Reformulator.load reads it again, and checks it is the one trained on)
+    trainer = Trainer(cfg, progress=False)
     trainer.train()
     return cfg, trainer
 
@@ -104,7 +105,7 @@ def test_reformulator_api_and_cli(trained, capsys):
 
 def test_oracle_never_lowers_the_reward_and_bounds_the_agent(trained):
     cfg, trainer = trained
-    ws = Workspace(cfg, torch.device("cpu"), collection=default_collection(), progress=False)
+    ws = Workspace(cfg, torch.device("cpu"), progress=False)  # the collection the agent was trained on
     qids, texts, qrels = ws.collection.split("test")
     qs, _ = ws.query_set("test", qids, texts, qrels)
     weights = {"recall": 1.0}

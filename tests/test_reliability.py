@@ -90,7 +90,7 @@ def update_rows(out: Path) -> dict[int, dict]:
     rows = {}
     for r in read_metrics(out / "logs" / "metrics.jsonl"):
         if "charts/episodic_return" in r:
-            rows[r["step"]] = {k: v for k, v in r.items() if k not in TIMING and not k.startswith("gpu/")}
+            rows[r["update"]] = {k: v for k, v in r.items() if k not in TIMING and not k.startswith("gpu/")}
     return rows
 
 
@@ -140,9 +140,9 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path, monkeypatch, capsys):
 
     real_log = Monitor.log
 
-    def log_then_terminate(monitor, step, scalars):
-        real_log(monitor, step, scalars)
-        if step == 1 and "charts/episodic_return" in scalars:
+    def log_then_terminate(monitor, update, scalars, *counts):
+        real_log(monitor, update, scalars, *counts)
+        if update == 1 and "charts/episodic_return" in scalars:
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(Monitor, "log", log_then_terminate)

@@ -71,7 +71,7 @@ def snapshot(out: Path) -> dict[str, str]:
 
 
 def update_steps(out: Path) -> list[int]:
-    return [r["step"] for r in read_metrics(out / "logs" / "metrics.jsonl") if "charts/episodic_return" in r]
+    return [r["update"] for r in read_metrics(out / "logs" / "metrics.jsonl") if "charts/episodic_return" in r]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -207,7 +207,7 @@ def test_the_default_command_twice_keeps_both_runs(tmp_path, monkeypatch, capsys
     second = tmp_path / "runs" / "quickstart_2"
     assert second_out.startswith(f"run {record(second)['id']}: writing to runs/quickstart_2 "
                                  "(runs/quickstart holds a run; --output-dir names the folder)\n")
-    assert f"results in runs/quickstart_2" in second_out.splitlines()[-1]
+    assert "results in runs/quickstart_2" in second_out.splitlines()[-1]
     assert snapshot(first) == files
     assert (second / "test_metrics.json").is_file() and record(second)["status"] == "completed"
     assert record(first)["config_fingerprint"] == record(second)["config_fingerprint"]  # same setup, two runs

@@ -48,7 +48,7 @@ def test_detector_catches_the_sync_primitives():
             x.tolist()
 
 
-def setup(world, amp: AmpContext, compact: bool = False):
+def agent_env_buffer(world, amp: AmpContext, compact: bool = False):
     torch.manual_seed(0)
     qs = world.qs
     agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2, num_layers=0)
@@ -62,7 +62,7 @@ def setup(world, amp: AmpContext, compact: bool = False):
 @pytest.mark.parametrize("amp", [AmpContext(torch.device("cpu"), False),
                                  AmpContext(torch.device("cpu"), True, "float16")], ids=["fp32", "fp16+scaler"])
 def test_collect_and_update_make_no_host_sync(world, amp):
-    agent, env, buf = setup(world, amp)
+    agent, env, buf = agent_env_buffer(world, amp)
     qidx = torch.arange(len(world.qs))
     gen = torch.Generator().manual_seed(0)
     with SyncDetector():
@@ -75,8 +75,9 @@ def test_collect_and_update_make_no_host_sync(world, amp):
     opt = make_optimizer(agent.parameters(), 1e-3)
     settings = PPOSettings(epochs=2, minibatch_size=16, target_kl=0.5)
     with SyncDetector(raise_on_sync=False) as d:
+        # the accelerator's path: the KL stop is read once per epoch, in allowed_sync (the CPU reads it per minibatch)
         stats = ppo_update(agent, opt, amp, buf, world.qs, adv, ret, settings, torch.Generator().manual_seed(0),
-                           samples)
+                           samples, stop_check="epoch")
     assert d.events == []
     assert stats["minibatches"] > 0 and all(st["step"] > 0 for st in opt.state.values())
     assert amp.scaler.is_enabled() == (amp.enabled and amp.dtype == torch.float16)
@@ -84,7 +85,7 @@ def test_collect_and_update_make_no_host_sync(world, amp):
 
 def test_episode_start_and_step_make_no_host_sync_when_the_lanes_grow(world):
     # a batch larger than any before makes new lanes; starting it and stepping it read nothing from the device
-    _, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
+    _, env, _ = agent_env_buffer(world, AmpContext(torch.device("cpu"), False))
     env.reset(torch.arange(4))
     with SyncDetector():
         env.reset(torch.arange(len(world.qs)).repeat(2))
@@ -94,14 +95,14 @@ def test_episode_start_and_step_make_no_host_sync_when_the_lanes_grow(world):
 
 
 def test_greedy_rewrite_makes_no_host_sync(world):
-    agent, env, _ = setup(world, AmpContext(torch.device("cpu"), False))
+    agent, env, _ = agent_env_buffer(world, AmpContext(torch.device("cpu"), False))
     with SyncDetector():
         greedy_rewrite(agent, AmpContext(torch.device("cpu"), False), env, torch.arange(len(world.qs)))
 
 
 def test_compact_mode_reads_counts_and_the_detector_sees_it(world):
     # the CPU's default mode reads values on purpose (free on the CPU); the detector must notice
-    agent, env, buf = setup(world, AmpContext(torch.device("cpu"), False), compact=True)
+    agent, env, buf = agent_env_buffer(world, AmpContext(torch.device("cpu"), False), compact=True)
     with SyncDetector(raise_on_sync=False) as d:
         collect(agent, AmpContext(torch.device("cpu"), False), world.qs, env, buf, torch.arange(len(world.qs)), 0,
                 torch.Generator().manual_seed(0))

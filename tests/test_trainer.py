@@ -106,11 +106,12 @@ def test_dev_evaluated_every_so_many_episodes_on_a_fixed_sample_and_picked_on_th
     result = trainer.train()
     logged = rows(cfg)
     # the episode count crosses 96 after updates 3 and 6; the last update is always evaluated
-    assert [r["step"] for r in logged if "dev/R@40" in r] == [3, 6, 8]
+    assert [r["update"] for r in logged if "dev/R@40" in r] == [3, 6, 8]
     full = result["dev_full"]
     assert full["queries"] == len(dev_qids) and full["last_update"] == 8
     assert [r for r in logged if "dev_full/last" in r] == [
-        {"step": 8, "dev_full/sample_best": full["sample_best"], "dev_full/last": full["last"]}]
+        {"update": 8, "global_step": trainer.steps, "episodes": trainer.episodes,
+         "dev_full/sample_best": full["sample_best"], "dev_full/last": full["last"]}]
     # the figures are the whole dev split's: the last model (the trainer's, last.pt) scores `last` there
     qs, tables = trainer.ws.split("dev")
     assert trainer._dev_score(qs, tables)[1] == full["last"]
@@ -185,7 +186,8 @@ def test_init_from_starts_from_the_source_policy_of_the_same_seed(tmp_path):
     # training goes on from the source weights with a fresh optimizer and counters
     tuned = tiny_config(tmp_path / "tuned", **{"system.seed": 7, "training.init_from": template})
     trainer = Trainer(tuned, progress=False, collection=default_collection())
-    assert_same_state(state(trainer), state(trained)) and trainer.update == 0 and not trainer.optimizer.state
+    assert_same_state(state(trainer), state(trained))
+    assert trainer.update == 0 and not trainer.optimizer.state
     trainer.train()
     assert trainer.update == trained.update
     assert any(not torch.equal(a, b) for a, b in zip(state(trainer).values(), state(trained).values()))
@@ -193,7 +195,8 @@ def test_init_from_starts_from_the_source_policy_of_the_same_seed(tmp_path):
     with pytest.raises(CheckpointError, match="seed-8.*not found"):
         Trainer(tiny_config(tmp_path / "s8", **{"system.seed": 8, "training.init_from": template}),
                 progress=False, collection=default_collection())
-    with pytest.raises(CheckpointError, match="another shape: rl_agent.hidden_dim"):
+    with pytest.raises(CheckpointError, match="does not fit this setup: rl_agent.hidden_dim: checkpoint 32 vs this "
+                                              "setup 48"):
         Trainer(tiny_config(tmp_path / "h", **{"system.seed": 7, "training.init_from": template,
                                                "rl_agent.hidden_dim": 48}),
                 progress=False, collection=default_collection())

@@ -1,0 +1,97 @@
+"""A policy on its own: ``policy.safetensors`` (the network's weights, no pickle) + ``policy.json`` (its spec, the
+identity of the data it was trained on, the sha256 of the weights file, where it came from and the config it was
+trained with) + ``README.md`` (a short model card). ``adaptive-ir export`` writes one from a checkpoint;
+``training.init_from`` reads one (a folder path, or the name of a policy shipped in ``adaptive_ir/policies``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import CheckpointError
+from .io import atomic_write_bytes, atomic_write_json, sha256
+from .spec import SPEC_FORMAT
+
+WEIGHTS, SPEC, CARD = "policy.safetensors", "policy.json", "README.md"
+SHIPPED_DIR = Path(__file__).resolve().parent / "policies"
+"""Policies shipped inside the package (the NFCorpus policies the small collections' configs start from)."""
+
+
+def shipped_policies() -> list[str]:
+    return sorted(p.name for p in SHIPPED_DIR.glob("*") if (p / SPEC).is_file())
+
+
+def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, source: str) -> Path:
+    """Write ``state``'s weights with ``spec`` and ``data`` (checked against the state by the caller) into
+    ``folder``; ``source``: the checkpoint it came from (named in the card)."""
+    from safetensors.torch import save
+
+    folder = Path(folder)
+    weights = save({k: v.detach().cpu().contiguous() for k, v in state["model"].items()},
+                   metadata={"format": SPEC_FORMAT})
+    counters, config = state.get("counters", {}), state["config"]
+    meta = {"format": SPEC_FORMAT, "sha256": sha256(weights), "spec": spec, "data": data, "config": config,
+            "origin": {"checkpoint": Path(source).name, "update": counters.get("update"),
+                       "dev_selection": counters.get("best"), "run": state.get("run"),
+                       "init_from_sha256": state.get("init_from_sha256")}}
+    atomic_write_bytes(folder / WEIGHTS, weights)
+    atomic_write_json(folder / SPEC, meta)
+    atomic_write_bytes(folder / CARD, model_card(meta).encode("utf-8"))
+    return folder
+
+
+def model_card(meta: dict) -> str:
+    spec, data, origin, cfg = meta["spec"], meta["data"], meta["origin"], meta["config"]
+    run = origin.get("run") or {}
+    name = Path(cfg["data"].get("data_dir") or cfg["data"]["dataset_type"]).name
+    dev = origin.get("dev_selection")
+    rows = "\n".join(f"| `{k}` | `{json.dumps(v)}` |" for k, v in spec.items() if k != "format")
+    k = cfg["retrieval"]["reward_k"]
+    weights = cfg["training"]["reward_weights"] or {cfg["retrieval"]["reward_metric"]: 1.0}
+    reward = " + ".join(f"{w:g} × Δ{'Recall' if m == 'recall' else 'RR'}@{k}" for m, w in weights.items() if w)
+    return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
+
+A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
+{spec['candidate_mining.max_candidates']} candidate terms mined from its feedback documents (Nogueira & Cho 2017),
+trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on `{name}` with the reward {reward}.
+
+- **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
+  data's identity, the full training config), this card.
+- **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
+  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.
+- **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`.
+- **Use**: start a run from it with `--set training.init_from=<this folder>` (fine-tune it, or add
+  `--epochs 0` to use it as it is). The config must match the spec: adaptive-ir checks it and names any key
+  that differs. Its features are per-query normalised miner scores and the embeddings of the model in `embedder`,
+  so it moves to other collections embedded by that model.
+- **Limits**: trained and selected on one collection; its effect elsewhere must be measured (`adaptive-ir
+  compare`). It adds terms, it never removes or reweights the user's words.
+- **License**: MIT, as adaptive-ir.
+
+| spec key | value |
+|---|---|
+{rows}
+"""
+
+
+def read_export(folder: str | Path) -> tuple[dict, str]:
+    """An exported policy as a checkpoint-like dict (``model``, ``spec``, ``data``, ``config``, ``origin``) and
+    the sha256 of its weights file (checked against the one it records)."""
+    from safetensors.torch import load
+
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / SPEC).read_text(encoding="utf-8"))
+        weights = (folder / WEIGHTS).read_bytes()
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{folder}: not a readable exported policy ({type(e).__name__}: {e}); export it "
+                              "again (adaptive-ir export)") from e
+    digest = sha256(weights)
+    if meta.get("format") != SPEC_FORMAT or meta.get("sha256") != digest:
+        raise CheckpointError(f"{folder / WEIGHTS}: checksum mismatch or unknown format (the file is damaged or "
+                              f"not a {SPEC_FORMAT} export); export it again")
+    return {**meta, "model": load(weights)}, digest
+
+
+__all__ = ["export_policy", "read_export", "shipped_policies", "model_card", "SHIPPED_DIR"]

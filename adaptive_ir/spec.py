@@ -1,0 +1,94 @@
+"""What a policy is, what it was trained on, and the one check that a saved policy fits the setup it is loaded into.
+
+Every checkpoint and every exported policy records
+
+* ``spec``: what the weights' shapes and meaning depend on, whatever the collection: the embedder (identity and
+  dimension), the candidate features (their names, and the config keys that choose them: ``candidate_mining.methods``
+  and ``stem_variants``), M, T and the network sizes;
+* ``data``: the identity of the collection it was trained on, as the BM25 index knows it: the sha256 of the corpus
+  texts and the analyzer's identity (``Retriever.index.meta``). The path the data was read from is not part of it:
+  the same documents moved elsewhere are the same data.
+
+``check_fits`` compares them for resume, evaluate, ``training.init_from`` (the spec only: a policy may move between
+collections) and reformulate; every difference is named in one line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import CheckpointError
+from .policy import EXTRA_FEATURES
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .workspace import Workspace
+
+SPEC_FORMAT = "adaptive-ir-policy/1"
+CONFIG_KEYS = ("embeddings.type", "candidate_mining.methods", "candidate_mining.stem_variants",
+               "candidate_mining.max_candidates", "rl_agent.max_steps_per_episode", "rl_agent.hidden_dim",
+               "rl_agent.num_heads", "rl_agent.num_layers")
+"""The config keys in a spec (the rest of it, the embedder and the features, is what they resolved to)."""
+DATA_KEYS = ("corpus_sha256", "analyzer")
+
+
+def _config_part(config: dict) -> dict[str, Any]:
+    """The CONFIG_KEYS of a config in ``config_to_dict`` form."""
+    return {key: config[key.split(".")[0]][key.split(".")[1]] for key in CONFIG_KEYS}
+
+
+def policy_spec(cfg: "Config", ws: "Workspace") -> dict[str, Any]:
+    """The spec of a policy built for ``cfg`` over ``ws`` (see the module docstring)."""
+    from .config import config_to_dict
+
+    return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": ws.embedder.identity,
+            "embedding_dim": ws.embedder.dim, "features": list(ws.miner.feature_names),
+            "agent_features": EXTRA_FEATURES}
+
+
+def data_identity(ws: "Workspace") -> dict[str, str]:
+    """The identity of the collection ``ws`` indexes: corpus sha256 and analyzer, from the index's own meta."""
+    meta = ws.retriever.index.meta
+    return {key: meta[key] for key in DATA_KEYS}
+
+
+def saved_spec(saved: dict) -> dict[str, Any]:
+    """The spec a checkpoint (or export) records; for a checkpoint written before specs were, the config keys of
+    its stored config (what it can still be checked against)."""
+    return saved.get("spec") or _config_part(saved["config"])
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, str) and len(value) > 16:
+        return value[:12] + "…"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _difference(key: str, saved: Any, now: Any) -> str:
+    if isinstance(saved, list) and isinstance(now, list) and key == "features":
+        extra, missing = [x for x in saved if x not in now], [x for x in now if x not in saved]
+        if extra or missing:
+            return "features: " + ", ".join(f"only {side} has {_show(names)}" for side, names in
+                                            (("the checkpoint", extra), ("this setup", missing)) if names)
+    return f"{key}: checkpoint {_show(saved)} vs this setup {_show(now)}"
+
+
+def check_fits(source: str, saved: dict, spec: dict, data: dict | None = None, advice: str = "") -> None:
+    """Raise CheckpointError naming, in one line, every key where the policy ``saved`` (a checkpoint's state or an
+    export's JSON) differs from ``spec`` and, when ``data`` is given, from that collection identity. Keys one side
+    does not record (a checkpoint older than the spec) are not compared. ``source`` starts the message (the file,
+    or the config key that named it); ``advice`` ends it."""
+    theirs = saved_spec(saved)
+    diffs = [_difference(k, v, spec[k]) for k, v in theirs.items() if k != "format" and k in spec and spec[k] != v]
+    recorded = saved.get("data") or {}
+    if data is not None:
+        diffs += [_difference(k, recorded[k], data[k]) for k in DATA_KEYS
+                  if k in recorded and k in data and recorded[k] != data[k]]
+    if diffs:
+        raise CheckpointError(f"{source}: does not fit this setup: {'; '.join(diffs)}"
+                              + (f"; {advice}" if advice else ""))
+
+
+__all__ = ["SPEC_FORMAT", "policy_spec", "data_identity", "saved_spec", "check_fits"]

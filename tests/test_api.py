@@ -1,0 +1,81 @@
+"""The Python API (``adaptive_ir.train`` / ``evaluate`` / ``export``) does what the commands do, with the same run
+folders; ``reformulate --format lucene`` prints weighted queries in Lucene's query syntax."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import adaptive_ir
+from adaptive_ir.api import export
+from adaptive_ir.cli import main
+from adaptive_ir.reformulate import lucene_escape, lucene_query
+
+SMALL = {"data.max_train_queries": 32, "training.episodes_per_update": 16, "training.collect_batch_size": 16,
+         "training.batch_size": 32, "training.ppo_epochs": 1, "training.num_epochs": 1, "training.eval_every": 1,
+         "rl_agent.hidden_dim": 32, "rl_agent.num_heads": 2, "system.device": "cpu", "retrieval.expansion_weight": 0.5}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("api") / "run"
+    return adaptive_ir.train("quickstart", test=True, **{"training.output_dir": str(out)}, **SMALL)
+
+
+def test_train_returns_the_run_and_writes_its_folder(result):
+    assert result.updates == 2 and not result.interrupted and result.best_update >= 1
+    assert result.best_checkpoint.is_file() and result.last_checkpoint.is_file()
+    record = json.loads((result.output_dir / "run.json").read_text())
+    assert record["id"] == result.run_id and record["status"] == "completed"
+    assert json.loads((result.output_dir / "test_metrics.json").read_text()) == result.test
+    assert set(result.test) >= {"bm25", "rm3", "agent"}
+
+
+def test_a_second_train_of_the_config_is_numbered_as_on_the_command_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = adaptive_ir.train("quickstart", training__num_epochs=1, **{k: v for k, v in SMALL.items()
+                                                                         if k != "training.num_epochs"})
+    second = adaptive_ir.train("quickstart", **SMALL)
+    assert (first.output_dir.as_posix(), second.output_dir.as_posix()) == ("runs/quickstart", "runs/quickstart_2")
+
+
+def test_evaluate_matches_the_command(result, tmp_path, capsys):
+    ours = adaptive_ir.evaluate(result.best_checkpoint, split="dev")  # the config stored in the checkpoint
+    assert main(["evaluate", "--config", "quickstart", "--checkpoint", str(result.best_checkpoint), "--split", "dev",
+                 "--baselines", "--json", str(tmp_path / "e.json"), "--no-progress", "--output-dir",
+                 str(result.output_dir),  # its caches: those of the run, as the checkpoint's own config says
+                 *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")]]) == 0
+    assert ours == json.loads((tmp_path / "e.json").read_text())
+    assert ours["agent"]["R@40"] == pytest.approx(result.best_dev)  # the dev score that selected it
+
+
+def test_export_from_python(result, tmp_path):
+    folder = export(result.best_checkpoint, tmp_path / "p")
+    spec = json.loads((folder / "policy.json").read_text())
+    assert spec["origin"]["update"] == result.best_update and spec["spec"]["rl_agent.hidden_dim"] == 32
+
+
+def test_lucene_query_syntax():
+    assert lucene_query([("hubble", 1.0), ("space", 1.0), ("orbit", 0.5)]) == "hubble space orbit^0.5"
+    assert lucene_query([("a1", 1.0), ("a1", 1.0), ("x", 0.25)]) == "a1^2 x^0.25"  # a repeated word: summed
+    assert lucene_escape('c++:(a)"b"') == 'c\\+\\+\\:\\(a\\)\\"b\\"'
+    assert lucene_escape("a&&b||c!d^e~f*g?h/i\\j{k}[l]-m") == \
+        "a\\&\\&b\\|\\|c\\!d\\^e\\~f\\*g\\?h\\/i\\\\j\\{k\\}\\[l\\]\\-m"
+
+
+def test_reformulate_prints_the_searched_rewrite_as_a_lucene_query(result, capsys):
+    from adaptive_ir.reformulate import Reformulator
+
+    ref = Reformulator.load(result.best_checkpoint, device="cpu")
+    queries = ref.ws.collection.split("dev")[1][:8]
+    out = ref.reformulate(queries)
+    assert any(r["added_terms"] for r in out), "a policy that adds nothing would check no weight"
+    assert main(["reformulate", "--checkpoint", str(result.best_checkpoint), "--device", "cpu", "--format",
+                 "lucene", *queries]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert lines == [r["lucene_query"] for r in out]
+    vocab = ref.ws.retriever.vocab.terms
+    for line, text, r in zip(lines, queries, out):
+        original = list(dict.fromkeys(vocab[t] for t in ref.ws.retriever.encode([text])[0]))
+        assert line.split() == original + [f"{t}^0.5" for t in r["added_terms"] if t not in original]

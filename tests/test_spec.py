@@ -1,0 +1,187 @@
+"""The self-describing checkpoint: the policy spec and the data identity it records, the one check (``check_fits``)
+that resume, evaluate, ``init_from`` and reformulate go through, exports (safetensors + spec + card) and the NFCorpus
+policies shipped inside the package."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from adaptive_ir.checkpoint import init_policy_path, load_checkpoint, read_policy
+from adaptive_ir.cli import main
+from adaptive_ir.config import config_to_dict, load_config
+from adaptive_ir.errors import CheckpointError
+from adaptive_ir.export import SHIPPED_DIR, read_export, shipped_policies
+from adaptive_ir.spec import CONFIG_KEYS, check_fits
+from adaptive_ir.trainer import Trainer
+
+from helpers import tiny_config
+from test_cli_errors import assert_clean_error, run_cli
+from test_reliability import write_beir_from_default
+
+TINY_SET = ["--set", "data.max_train_queries=64", "--set", "rl_agent.hidden_dim=32", "--set", "rl_agent.num_heads=2",
+            "--device", "cpu", "--no-progress"]
+"""The settings of ``tiny_config`` as flags, so the CLI rebuilds the policy the trainer saved."""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One update of the tiny quickstart run (stem variants off, three miner methods): its last.pt."""
+    out = tmp_path_factory.mktemp("spec")
+    cfg = tiny_config(out, **{"training.num_epochs": 1})
+    trainer = Trainer(cfg, progress=False)  # the collection the commands load (helpers' default one differs)
+    trainer.train()
+    return trainer, cfg.training.checkpoint_path_dir / "last.pt"
+
+
+def test_checkpoint_records_spec_and_data_identity(trained):
+    trainer, ckpt = trained
+    s = load_checkpoint(ckpt)
+    spec, data = s["spec"], s["data"]
+    assert spec["features"] == ["tfidf", "bm25_contrib", "rm3", "mean_score", "log_df", "fb_doc_fraction"]
+    assert spec["candidate_mining.stem_variants"] is False and spec["embedding_dim"] == trainer.ws.embedder.dim
+    assert spec["embedder"] == trainer.ws.embedder.identity and spec["rl_agent.hidden_dim"] == 32
+    assert set(CONFIG_KEYS) <= spec.keys()
+    meta = trainer.ws.retriever.index.meta
+    assert data == {"corpus_sha256": meta["corpus_sha256"], "analyzer": meta["analyzer"]}
+
+
+@pytest.mark.parametrize("flag, named", [("candidate_mining.stem_variants=true", "candidate_mining.stem_variants"),
+                                         ("candidate_mining.methods=[tfidf,rm3]", "candidate_mining.methods")])
+def test_evaluate_with_another_feature_set_exits_2_in_one_line(trained, capsys, flag, named):
+    _, ckpt = trained
+    rc, err = run_cli(capsys, "evaluate", "--config", "quickstart", "--checkpoint", str(ckpt), "--split", "dev",
+                      *TINY_SET, "--set", flag)
+    assert_clean_error(rc, err, str(ckpt), "does not fit this setup", named, "features:")
+
+
+def test_resume_and_reformulate_go_through_the_same_check(trained, tmp_path):
+    _, ckpt = trained
+    flipped = tiny_config(tmp_path / "r", **{"candidate_mining.stem_variants": "true"})
+    with pytest.raises(CheckpointError, match="does not fit this setup: candidate_mining.stem_variants: checkpoint "
+                                              "False vs this setup True; features: only this setup has "
+                                              r"\[stem_variant\]; use the config"):
+        Trainer(flipped, resume=ckpt, progress=False)
+    # a checkpoint edited to claim other data is refused by reformulate (its config is its own)
+    state = load_checkpoint(ckpt)
+    state["data"]["corpus_sha256"] = "0" * 64
+    from adaptive_ir.checkpoint import save_checkpoint
+
+    save_checkpoint(tmp_path / "other.pt", state)
+    with pytest.raises(CheckpointError, match="does not fit this setup: corpus_sha256: checkpoint 000000000000… vs "
+                                              "this setup [0-9a-f]{12}…; pass --data-dir"):
+        main(["reformulate", "--checkpoint", str(tmp_path / "other.pt"), "--device", "cpu", "--debug", "q"])
+
+
+def test_check_fits_names_every_key_and_skips_what_an_old_checkpoint_lacks():
+    spec = {"rl_agent.hidden_dim": 64, "features": ["a", "b"], "embedding_dim": 8}
+    with pytest.raises(CheckpointError) as e:
+        check_fits("x.pt", {"spec": {"rl_agent.hidden_dim": 32, "features": ["a", "c"], "embedding_dim": 8},
+                            "data": {"corpus_sha256": "1" * 64, "analyzer": "a"}},
+                   spec, {"corpus_sha256": "2" * 64, "analyzer": "a"}, "do this")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.endswith("; do this")
+    assert "rl_agent.hidden_dim: checkpoint 32 vs this setup 64" in msg and "corpus_sha256" in msg
+    assert "features: only the checkpoint has [c], only this setup has [b]" in msg and "analyzer" not in msg
+    # without data (init_from) the collection may differ; a checkpoint without a spec is checked by its config
+    check_fits("x.pt", {"spec": {"rl_agent.hidden_dim": 64}, "data": {"corpus_sha256": "1"}}, spec, None)
+    quick = load_config("quickstart")
+    old = {"config": config_to_dict(quick)}  # a checkpoint written before specs were recorded
+    now = {"rl_agent.hidden_dim": quick.rl_agent.hidden_dim, "candidate_mining.stem_variants": False}
+    check_fits("old.pt", old, now | {"features": ["anything"]})
+    with pytest.raises(CheckpointError, match="candidate_mining.stem_variants: checkpoint False vs this setup True"):
+        check_fits("old.pt", old, now | {"candidate_mining.stem_variants": True})
+
+
+def test_moved_data_is_the_same_data_and_changed_data_is_not(tmp_path, capsys):
+    home = write_beir_from_default(tmp_path / "data" / "default")
+    out = tmp_path / "run"
+    flags = ["--set", "data.dataset_type=beir", "--set", "training.episodes_per_update=16", "--set",
+             "training.collect_batch_size=16", "--set", "data.max_train_queries=32", "--no-progress"]
+    assert main(["train", "--config", "quickstart", "--data-dir", str(home), "--output-dir", str(out), "--epochs",
+                 "1", *flags]) == 0
+    ckpt = out / "checkpoints" / "best.pt"
+    moved = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(home, moved)
+    shutil.rmtree(home)
+    capsys.readouterr()
+    assert main(["evaluate", "--config", "quickstart", "--data-dir", str(moved), "--checkpoint", str(ckpt), "--split",
+                 "dev", *flags]) == 0
+    with (moved / "corpus.jsonl").open("a") as f:
+        f.write(json.dumps({"_id": "NEW", "title": "", "text": "one more document"}) + "\n")
+    capsys.readouterr()
+    rc, err = run_cli(capsys, "evaluate", "--config", "quickstart", "--data-dir", str(moved), "--checkpoint",
+                      str(ckpt), "--split", "dev", *flags)
+    assert_clean_error(rc, err, "corpus_sha256: checkpoint")
+
+
+def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
+    trainer, ckpt = trained
+    folder = tmp_path / "policy"
+    assert main(["export", "--checkpoint", str(ckpt), "--output-dir", str(folder)]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "policy.json", "policy.safetensors"]
+    assert b"pickle" not in (folder / "policy.safetensors").read_bytes()[:200]
+    exported, digest = read_export(folder)
+    state = load_checkpoint(ckpt)
+    assert exported["spec"] == state["spec"] and exported["data"] == state["data"]
+    assert all(torch.equal(exported["model"][k], v) for k, v in state["model"].items())
+    card = (folder / "README.md").read_text()
+    assert digest in card and "training.init_from" in card and "MIT" in card
+    # a run starts from the export: its weights, and the log names it with its sha256
+    cfg = tiny_config(tmp_path / "from-export", **{"training.init_from": str(folder), "training.num_epochs": 0})
+    run = Trainer(cfg, progress=False)
+    assert run.init_sha256 == digest
+    assert all(torch.equal(run.agent.core.state_dict()[k], v) for k, v in state["model"].items())
+    # a damaged weights file is refused by its checksum
+    data = bytearray((folder / "policy.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (folder / "policy.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        read_export(folder)
+
+
+# ------------------------------------------------------------------------------------------ shipped policies
+
+
+def test_the_small_collections_start_from_shipped_policies_that_fit_them():
+    names = shipped_policies()
+    assert names == [f"nfcorpus-seed-{s}" for s in (1, 2, 3, 42)]
+    for name in ("scifact", "cranfield", "cisi"):
+        cfg = load_config(name)
+        assert cfg.training.init_from == "nfcorpus-seed-{seed}"
+        for seed in (1, 2, 3, 42):
+            cfg.system.seed = seed
+            path = init_policy_path(cfg)
+            assert path == SHIPPED_DIR / f"nfcorpus-seed-{seed}"
+            policy, digest = read_policy(path)  # checksum verified
+            spec = policy["spec"]
+            assert all(spec[k] == v for k, v in _config_keys(cfg).items())
+            assert spec["features"] == [*cfg.candidate_mining.methods, "mean_score", "log_df", "fb_doc_fraction",
+                                        "stem_variant"]
+            assert spec["embedder"]["provider"] == "sentence-transformers" and spec["embedding_dim"] == 384
+            assert policy["config"]["system"]["seed"] == seed and len(digest) == 64
+    for folder in SHIPPED_DIR.iterdir():  # a few hundred kB each
+        assert sum(p.stat().st_size for p in folder.iterdir()) < 500_000
+
+
+def _config_keys(cfg) -> dict:
+    from adaptive_ir.spec import _config_part
+
+    return _config_part(config_to_dict(cfg))
+
+
+def test_a_local_path_wins_over_a_shipped_name_and_a_missing_one_fails_before_any_precompute(tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("scifact", {"system.seed": "1"})
+    assert init_policy_path(cfg) == SHIPPED_DIR / "nfcorpus-seed-1"
+    Path("nfcorpus-seed-1").mkdir()
+    assert init_policy_path(cfg) == Path("nfcorpus-seed-1")
+    cfg = load_config("scifact", {"system.seed": "7", "data.data_dir": str(tmp_path / "nowhere")})
+    with pytest.raises(CheckpointError, match="nfcorpus-seed-7 not found, and no shipped policy has that name "
+                                              r"\(shipped: nfcorpus-seed-1, nfcorpus-seed-2"):
+        Trainer(cfg, progress=False)  # the data folder does not exist either: the policy is checked first
