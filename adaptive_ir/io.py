@@ -37,6 +37,8 @@ def _atomic_write(path: str | Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):  # mkstemp makes 0600; give what open() would: others may read shared runs/caches
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -45,6 +47,13 @@ def _atomic_write(path: str | Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it; set back at once, before any thread writes files
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_json(path: str | Path, obj) -> None:

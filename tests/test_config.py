@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adaptive_ir.spec import _config_part
 from adaptive_ir.config import (
     CONFIG_DIR,
     Config,
@@ -141,7 +142,8 @@ def test_every_shipped_config_loads(path):
 
 def test_shipped_configs_do_not_warn_except_the_seed(caplog):
     with caplog.at_level(logging.WARNING):
-        for name in ("quickstart", "scifact", "cranfield", "cisi", "nfcorpus"):
+        for name in ("quickstart", "scifact", "cranfield", "cisi", "nfcorpus", "scifact-anserini", "cranfield-anserini",
+                     "cisi-anserini", "nfcorpus-anserini"):
             load_config(name)
     assert caplog.records == []
 
@@ -152,6 +154,40 @@ def test_beir_configs():
         assert cfg.data.dataset_type == "beir" and cfg.data.data_dir == f"data/{name}"
         assert (cfg.retrieval.bm25_k1, cfg.retrieval.bm25_b, cfg.retrieval.idf) == (1.5, 0.75, "lucene")
         assert cfg.training.output_dir == f"runs/{name}"
+
+
+@pytest.mark.parametrize("index", ["", "-anserini"])
+def test_small_collections_start_from_the_nfcorpus_policy_they_fit(index):
+    source = load_config(f"nfcorpus{index}")
+    policy = lambda c: _config_part(config_to_dict(c))  # noqa: E731  (the keys a policy's spec records)
+    for name in ("scifact", "cranfield", "cisi"):
+        cfg = load_config(f"{name}{index}")
+        assert cfg.training.init_from == f"nfcorpus{index}-seed-{{seed}}"  # shipped (adaptive_ir/policies)
+        assert policy(cfg) == policy(source)
+
+
+ANSERINI_PARITY = {"retrieval.analyzer": "lucene", "retrieval.stemmer": "porter", "retrieval.bm25_scoring": "lucene",
+                   "retrieval.bm25_k1": 0.9, "retrieval.bm25_b": 0.4, "retrieval.idf": "lucene",
+                   "retrieval.top_k": 1000, "candidate_mining.stem_variants": False}
+"""Anserini's BEIR flat BM25 (configs/scifact-anserini.yaml reproduces its SciFact figures), runs of 1,000
+documents, and no stem variants (the index's terms are stems)."""
+ANSERINI_CHOSEN_ON_DEV: dict[str, set[str]] = {"cranfield": {"training.num_epochs"}}
+"""Keys an -anserini config sets apart from its bm25s twin because dev chose them on the parity index."""
+
+
+def flat_keys(cfg: Config) -> dict:
+    return {f"{section}.{key}": value for section, keys in config_to_dict(cfg).items() for key, value in keys.items()}
+
+
+@pytest.mark.parametrize("name", ["nfcorpus", "scifact", "cranfield", "cisi"])
+def test_anserini_configs_are_the_old_ones_on_the_parity_index(name):
+    old, new = flat_keys(load_config(name)), flat_keys(load_config(f"{name}-anserini"))
+    assert {key: new[key] for key in ANSERINI_PARITY} == ANSERINI_PARITY
+    assert (old["retrieval.analyzer"], old["retrieval.stemmer"], old["retrieval.bm25_k1"]) == ("bm25s", "none", 1.5)
+    assert new["training.output_dir"] == f"runs/{name}-anserini"
+    moved = {"training.output_dir"} | ({"training.init_from"} if name != "nfcorpus" else set())
+    changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+    assert changed - set(ANSERINI_PARITY) == moved | ANSERINI_CHOSEN_ON_DEV.get(name, set())
 
 
 # --- PPO precedence and aliases ------------------------------------------------------------------------------

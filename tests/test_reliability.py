@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -433,3 +434,18 @@ def test_splits_load_on_demand_and_match_a_full_load(beir_default):
     assert training.splits == ["train", "dev"] and testing.splits == ["test"]
     for split, part in (("train", training), ("dev", training), ("test", testing)):
         assert part.queries[split] == full.queries[split] and part.qrels[split] == full.qrels[split]
+
+
+def test_atomic_writes_get_the_permissions_open_would_give(tmp_path):
+    # mkstemp's 0600 would make a shared run folder or cache unreadable to everyone else
+    mask = os.umask(0o022)
+    try:
+        aio._umask.cache_clear()
+        aio.atomic_write_json(tmp_path / "a.json", {"x": 1})
+        with open(tmp_path / "b.json", "w"):
+            pass
+        assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == stat.S_IMODE((tmp_path / "b.json").stat().st_mode)
+        assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+    finally:
+        os.umask(mask)
+        aio._umask.cache_clear()
