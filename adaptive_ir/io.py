@@ -95,7 +95,7 @@ def checksum_problem(folder: str | Path) -> str | None:
     try:
         sums = json.loads((folder / CHECKSUMS).read_text())
     except (OSError, ValueError):
-        return f"no readable {CHECKSUMS}"
+        return f"no readable {CHECKSUMS}: written before checksums were kept, or cut short"
     for name, digest in sums.items():
         try:
             if file_sha256(folder / name) != digest:

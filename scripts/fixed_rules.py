@@ -1,0 +1,59 @@
+"""Fixed rules in the agent's own action space: every query gets the first j of its candidate terms, in the
+miner's order, each at weight w. Same candidates, same weights, no learning: with RM3 over the same feedback
+documents, the bar a trained policy has to clear.
+
+    python scripts/fixed_rules.py --config wikicar --data-dir <wikicar> --split dev --weights 0.25,0.5,1 --top-j 1,2,3,5
+
+Prints one JSON line per (w, j) with the split's R@40 and nDCG@10 (every metric of `adaptive-ir evaluate` with
+--json); j = 0 is BM25 itself. Reads the caches of the config's runs (index, candidates) like any command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from adaptive_ir.cli import _overrides
+from adaptive_ir.config import load_config
+from adaptive_ir.evaluate import drop_excluded, evaluate_run, to_run
+from adaptive_ir.workspace import Workspace
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--split", default="dev", help="default dev: a rule is chosen there, like any setting")
+    p.add_argument("--weights", default="0.25,0.5,1", help="expansion weights w, comma-separated")
+    p.add_argument("--top-j", default="0,1,2,3,5", help="numbers of candidates added, comma-separated")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--output-dir", help="the runs' folder whose caches to read (default: training.output_dir)")
+    p.add_argument("--json", help="also write the rows here")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    cfg = load_config(args.config, _overrides(args))
+    ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=(args.split,))
+    qids, texts, qrels = ws.collection.split(args.split)
+    terms = ws.retriever.encode(texts)
+    cands = ws.candidates(args.split, texts, terms)
+    excluded = ws.collection.excluded_docs(args.split)
+    rows = []
+    for w in (float(x) for x in args.weights.split(",")):
+        for j in (int(x) for x in args.top_j.split(",")):
+            added = [[int(t) for t in row[:j] if t >= 0] for row in cands.terms]
+            queries = [q + a for q, a in zip(terms, added)]
+            weights = [[1.0] * len(q) + [w] * len(a) for q, a in zip(terms, added)]
+            scores, idx = ws.retriever.search(queries, weights, k=cfg.retrieval.top_k)
+            run = drop_excluded(to_run(qids, ws.retriever.doc_ids, scores, idx), excluded)
+            metrics = evaluate_run(qrels, run, qids=qids)
+            rows.append({"split": args.split, "w": w, "top_j": j, **{k: round(v, 4) for k, v in metrics.items()}})
+            print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
