@@ -381,7 +381,7 @@ class Trainer:
         best_path, picked = self.ckpt_dir / "best.pt", last
         if self.best_update != self.update:
             last_model = {k: v.clone() for k, v in self.agent.core.state_dict().items()}
-            self.agent.core.load_state_dict(load_compatible(best_path, self.cfg)["model"])
+            self.agent.core.load_state_dict(load_compatible(best_path, self.cfg, self.ws)["model"])
             _, picked = self._dev_score(qs, tables)
             self.agent.core.load_state_dict(last_model)
         chosen = "last" if last > picked + 1e-9 else "sample_best"

@@ -13,7 +13,7 @@ from adaptive_ir.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
 from adaptive_ir.errors import CheckpointError, ConfigError
 from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run
-from adaptive_ir.monitor import read_metrics
+from adaptive_ir.monitor import Monitor, read_metrics
 from adaptive_ir.trainer import Trainer
 
 from helpers import default_collection, tiny_config
@@ -93,6 +93,24 @@ def test_resume_is_bit_exact(tmp_path, cadence):
     best = [load_checkpoint(c.training.checkpoint_path_dir / "best.pt") for c in (full_cfg, cfg)]
     assert best[0]["counters"] == best[1]["counters"]
     assert_same_state(best[0]["model"], best[1]["model"])
+
+
+def test_the_whole_dev_split_scores_an_earlier_sample_best_checkpoint(tmp_path):
+    # when the sample's best is not the last model, its best.pt is loaded (spec-checked) and scored on all of dev
+    cfg = tiny_config(tmp_path / "a", **{"training.num_epochs": 2, "training.episodes_per_update": 32,
+                                         "training.eval_every_episodes": 32, "training.dev_subsample": 20})
+    trainer = Trainer(cfg, progress=False, collection=default_collection())
+    trainer.train()
+    best = load_checkpoint(cfg.training.checkpoint_path_dir / "best.pt")
+    trainer.best_update = trainer.update - 1  # as if the sample had picked an earlier update
+    qs, tables = trainer.ws.split("dev")
+    last_model = {k: v.clone() for k, v in trainer.agent.core.state_dict().items()}
+    monitor = Monitor(tmp_path / "logs", None)
+    trainer._pick_on_full_dev(monitor)
+    monitor.close()
+    assert_same_state(trainer.agent.core.state_dict(), last_model)  # left at the last model
+    trainer.agent.core.load_state_dict(best["model"])
+    assert trainer.full_dev["sample_best"] == trainer._dev_score(qs, tables)[1]
 
 
 def test_dev_evaluated_every_so_many_episodes_on_a_fixed_sample_and_picked_on_the_whole_split(tmp_path):
