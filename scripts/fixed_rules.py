@@ -4,8 +4,11 @@ documents, the bar a trained policy has to clear.
 
     python scripts/fixed_rules.py --config wikicar --data-dir <wikicar> --split dev --weights 0.25,0.5,1 --top-j 1,2,3,5
 
-Prints one JSON line per (w, j) with the split's R@40 and nDCG@10 (every metric of `adaptive-ir evaluate` with
---json); j = 0 is BM25 itself. Reads the caches of the config's runs (index, candidates) like any command.
+Prints one JSON line per (w, j) with the split's metrics (those of `adaptive-ir evaluate --json`); j = 0 is BM25
+itself. With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`),
+each line adds the paired tests of the agent (its per-query value: the mean over the files) against that rule on
+R@40 and nDCG@10, as `adaptive-ir compare` tests it against BM25. Reads the caches of the config's runs (index,
+candidates) like any command.
 """
 
 from __future__ import annotations
@@ -13,12 +16,22 @@ from __future__ import annotations
 import argparse
 import json
 
+import ir_measures
+import numpy as np
 import torch
 
 from adaptive_ir.cli import _overrides
 from adaptive_ir.config import load_config
-from adaptive_ir.evaluate import drop_excluded, evaluate_run, to_run
+from adaptive_ir.evaluate import drop_excluded, evaluate_run, per_query, to_run
+from adaptive_ir.stats import paired
 from adaptive_ir.workspace import Workspace
+
+
+def read_run(path: str) -> dict[str, dict[str, float]]:
+    run: dict[str, dict[str, float]] = {}
+    for d in ir_measures.read_trec_run(path):
+        run.setdefault(d.query_id, {})[d.doc_id] = d.score
+    return run
 
 
 def main() -> None:
@@ -30,6 +43,8 @@ def main() -> None:
     p.add_argument("--top-j", default="0,1,2,3,5", help="numbers of candidates added, comma-separated")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--output-dir", help="the runs' folder whose caches to read (default: training.output_dir)")
+    p.add_argument("--against", nargs="+", default=[], metavar="TREC_RUN",
+                   help="the agent's TREC run files on this split (one per seed): paired tests against each rule")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -39,6 +54,11 @@ def main() -> None:
     terms = ws.retriever.encode(texts)
     cands = ws.candidates(args.split, texts, terms)
     excluded = ws.collection.excluded_docs(args.split)
+    tested = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
+    agent = None
+    if args.against:  # per query, the mean over the seeds' runs
+        runs = [per_query(qrels, read_run(path), tested, qids) for path in args.against]
+        agent = {str(m): np.mean([r[str(m)] for r in runs], axis=0) for m in tested}
     rows = []
     for w in (float(x) for x in args.weights.split(",")):
         for j in (int(x) for x in args.top_j.split(",")):
@@ -49,6 +69,9 @@ def main() -> None:
             run = drop_excluded(to_run(qids, ws.retriever.doc_ids, scores, idx), excluded)
             metrics = evaluate_run(qrels, run, qids=qids)
             rows.append({"split": args.split, "w": w, "top_j": j, **{k: round(v, 4) for k, v in metrics.items()}})
+            if agent is not None:
+                rule = per_query(qrels, run, tested, qids)
+                rows[-1]["agent_vs_rule"] = {m: paired(m, agent[m], rule[m]).to_dict() for m in agent}
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

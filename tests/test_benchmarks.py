@@ -199,3 +199,24 @@ def test_fixed_rules_script_adds_the_first_candidates_and_j0_is_bm25(tmp_path):
     assert rows[0]["R@40"] == pytest.approx(bm25["R@40"], abs=1e-4)
     assert rows[0]["nDCG@10"] == pytest.approx(bm25["nDCG@10"], abs=1e-4)
     assert rows[1]["R@40"] != rows[0]["R@40"]
+
+
+def test_fixed_rules_script_tests_the_agent_runs_against_each_rule(tmp_path):
+    # BM25's own TREC run as "the agent": against j = 0 (BM25) every query ties and the difference is 0
+    common = ["--config", "quickstart", "--output-dir", str(tmp_path / "runs")]
+    proc = subprocess.run([sys.executable, "-m", "adaptive_ir.cli", "evaluate", *common, "--split", "dev",
+                           "--baselines", "--run-dir", str(tmp_path / "trec")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (bm25,) = (tmp_path / "trec").glob("*bm25*")
+    out = tmp_path / "rules.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fixed_rules.py"), *common, "--data-dir", "unused",
+                           "--weights", "0.5", "--top-j", "0,3", "--against", str(bm25), str(bm25), "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    same, other = json.loads(out.read_text())
+    for m in ("R@40", "nDCG@10"):
+        assert same["agent_vs_rule"][m]["delta"] == pytest.approx(0, abs=1e-9)
+        assert same["agent_vs_rule"][m]["losses"] == same["agent_vs_rule"][m]["wins"] == 0
+        assert other["agent_vs_rule"][m]["mean_b"] == pytest.approx(other[m], abs=1e-4)
+    assert other["agent_vs_rule"]["R@40"]["delta"] != 0
