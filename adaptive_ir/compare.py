@@ -7,7 +7,7 @@ Layout under the output folder (``--output-dir``, default ``training.output_dir`
     cache/                          caches shared by the seeds (unless embeddings.cache_dir names another)
     seed-<s>/                       seed s's training run: checkpoints/, logs/, trained.json (written when done)
     seed-<s>/runs/<split>.agent.trec
-    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic (with semantic feedback), oracle
+    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback (methods.py), oracle
     compare-<split>.json, .md       the table
 
 Every seed trains on the same train queries and is selected on the same dev queries: a carved dev split uses
@@ -46,8 +46,9 @@ DONE_FILE = "trained.json"
 """Written into a seed's folder once its training has finished: the config it ran and the trainer's summary."""
 SELECTION_METRIC = "R@40"
 """The best fixed rule is the fixed rule with the higher mean of this metric on the compared split."""
-FIXED_RULES = ("rm3", "rm3-semantic")
-"""Fixed expansion rules the agent must beat (rm3-semantic only exists with semantic feedback)."""
+FIXED_RULES = ("rm3", "rm3-semantic", "rm3-feedback")
+"""Fixed expansion rules the agent must beat: RM3, and RM3 over the agent's own feedback documents (rm3-semantic
+with semantic feedback, rm3-feedback with BM25's top top_k0 when that is not rm3's 10)."""
 UNCHECKED_KEYS = {("system", "device"), ("system", "num_workers"), ("training", "output_dir"),
                   ("embeddings", "cache_dir")}
 """Settings that do not change what a seed's run computes (a run trained on another device, or moved, still
@@ -181,7 +182,7 @@ def compare(cfg: Config, seeds: list[int], split: str = "test", skip_train: bool
     for scfg in configs:
         trainer = None if skip_train else train_seed(scfg, progress)
         ws, agent, amp = seed_agent(scfg, trainer, split, progress)
-        # bm25, rm3, rm3-semantic and the oracle do not depend on the training seed: computed once
+        # the baselines and the oracle do not depend on the training seed: computed once
         first = not values
         qids, qrels, runs = split_runs(scfg, ws, split, agent, amp, baselines=first, oracle=first)
         name = ws.collection.name

@@ -86,7 +86,11 @@ def bm25_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 1
     return to_run(qids, retriever.doc_ids, scores, idx)
 
 
-def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100, fb_docs: int = 10,
+RM3_FB_DOCS = 10
+"""Feedback documents of the ``rm3`` baseline (Anserini's default)."""
+
+
+def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100, fb_docs: int = RM3_FB_DOCS,
             fb_terms: int = 10, orig_weight: float = 0.5, feedback: SemanticFeedback | None = None,
             query_vectors: np.ndarray | None = None) -> Run:
     """BM25 + RM3 (Anserini's Rm3Reranker recipe; defaults 10 docs, 10 terms, original weight 0.5).

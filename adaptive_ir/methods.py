@@ -3,7 +3,8 @@
 
 Methods: ``bm25``; ``rm3`` (BM25 + RM3 over BM25's top 10); ``rm3-semantic`` (RM3 over the agent's own semantic
 feedback documents, the fixed rule the learned term choice must beat, when ``candidate_mining.feedback`` is
-semantic); ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term
+semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over BM25's top ``candidate_mining.top_k0``, when
+that is not 10, where ``rm3`` already is it); ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term
 choice with the qrels, the reachable upper bound). Metrics are means over every query of the split
 (``evaluate.per_query`` says which count as 0).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config
-from .evaluate import Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, write_trec_run
+from .evaluate import RM3_FB_DOCS, Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, write_trec_run
 from .oracle import oracle_run
 from .policy import Agent
 from .ppo import AmpContext
@@ -36,6 +37,8 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
         if ws.feedback is not None:
             runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=cfg.candidate_mining.top_k0,
                                            feedback=ws.feedback, query_vectors=ws.feedback_vectors(texts))
+        elif cfg.candidate_mining.top_k0 != RM3_FB_DOCS:
+            runs["rm3-feedback"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=cfg.candidate_mining.top_k0)
     if agent is not None:
         qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
         runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)

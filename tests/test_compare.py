@@ -205,3 +205,25 @@ def test_seeds_started_from_another_run_are_reused_only_while_that_policy_is_unc
     finally:
         (source2 / "best.pt.orig").replace(source2 / "best.pt")
         (source2 / "best.pt.json.orig").replace(source2 / "best.pt.json")
+
+
+@pytest.mark.parametrize("top_k0", [5, 10])
+def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_they_are_not_rm3s(tmp_path, top_k0):
+    # with BM25 feedback, the fixed rule over the agent's inputs is RM3 over BM25's top top_k0; at 10 it is rm3
+    import torch
+
+    from adaptive_ir.evaluate import rm3_run
+    from adaptive_ir.methods import split_runs
+    from adaptive_ir.workspace import Workspace
+
+    cfg = tiny_config(tmp_path, **{"candidate_mining.feedback": "bm25", "candidate_mining.top_k0": top_k0})
+    ws = Workspace(cfg, torch.device("cpu"), collection=make_default(), progress=False)
+    qids, _, runs = split_runs(cfg, ws, "dev")
+    assert "rm3-feedback" in cmp.FIXED_RULES and "rm3-semantic" not in runs
+    texts = ws.collection.split("dev")[1]
+    if top_k0 == 10:
+        assert set(runs) == {"bm25", "rm3"}
+    else:
+        assert set(runs) == {"bm25", "rm3", "rm3-feedback"}
+        assert runs["rm3-feedback"] == rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k, fb_docs=5)
+        assert runs["rm3-feedback"] != runs["rm3"]
