@@ -44,7 +44,8 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     coll = make_default()  # what the quickstart config loads
     qids, texts, qrels = coll.split("test")
     assert report["queries"] == len(qids) == 80 and report["small_split"] and report["seeds"] == SEEDS
-    assert list(report["methods"]) == ["bm25", "rm3", "agent", "oracle"]  # no semantic feedback here
+    # BM25 feedback, top_k0 20: RM3 over the agent's own feedback documents is rm3-feedback (no semantic feedback)
+    assert list(report["methods"]) == ["bm25", "rm3", "rm3-feedback", "agent", "oracle"]
     files = {m: s["run_files"] for m, s in report["methods"].items()}
     assert files["agent"] == [str(root / f"seed-{s}" / "runs" / "test.agent.trec") for s in SEEDS]
     assert files["bm25"] == [str(root / "runs" / "test.bm25.trec")]
