@@ -184,31 +184,19 @@ class _Porter:
         return True
 
     def m(self) -> int:
-        """The number of consonant sequences between 0 and j."""
+        """The number of consonant sequences between 0 and j: [C](VC)^m[V], counting the VC pairs."""
         n, i, j = 0, 0, self.j
-        while True:
+        while i <= j and self.cons(i):  # the leading consonants
+            i += 1
+        while i <= j:
+            while i <= j and not self.cons(i):  # a vowel sequence ...
+                i += 1
             if i > j:
                 return n
-            if not self.cons(i):
-                break
-            i += 1
-        i += 1
-        while True:
-            while True:
-                if i > j:
-                    return n
-                if self.cons(i):
-                    break
+            n += 1  # ... followed by a consonant sequence
+            while i <= j and self.cons(i):
                 i += 1
-            i += 1
-            n += 1
-            while True:
-                if i > j:
-                    return n
-                if not self.cons(i):
-                    break
-                i += 1
-            i += 1
+        return n
 
     def vowelinstem(self) -> bool:
         return any(not self.cons(i) for i in range(self.j + 1))
