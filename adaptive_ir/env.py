@@ -41,7 +41,7 @@ import torch
 from . import kernels
 from .candidates import CandidateSet
 from .hostsync import allowed_sync
-from .index import POSITIVE_KEY, BM25Index, key_docs, ranking_keys
+from .index import POSITIVE_KEY, BM25Index, best_distinct, key_docs, ranking_keys
 
 @dataclass
 class QuerySet:
@@ -159,15 +159,6 @@ class Judgements:
         return out
 
 
-def merge_topk(old: torch.Tensor, touched: torch.Tensor, k: int) -> torch.Tensor:
-    """The k best distinct keys of each row of [old | touched] (both -1 padded), where a document may be in both
-    (with equal keys): the 2k best entries hold the k best distinct ones."""
-    best = torch.cat([old, touched], 1)
-    best = best.topk(min(2 * k, best.shape[1]), dim=1).values
-    best[:, 1:].masked_fill_((best[:, 1:] == best[:, :-1]) & (best[:, 1:] >= 0), -1)
-    return best.topk(k, dim=1).values
-
-
 # ---------------------------------------------------------------------------------------------- the env
 class ReformulationEnv:
     """B episodes over a QuerySet; see the module docstring.
@@ -236,9 +227,9 @@ class ReformulationEnv:
             return
         with allowed_sync():  # host data (.numpy() of a device tensor would raise): no device is waited for
             host = qidx.numpy()
-        # a power of two: few distinct shapes for torch.compile (each width is a graph)
-        self._width = 1 << max(0, int(self._widest[host].max(initial=1)) - 1).bit_length()
-        self._offsets = torch.arange(self._width, device=self.device)
+        if not self.compact:  # the accelerator code's block width: a power of two, few shapes for torch.compile
+            width = 1 << max(0, int(self._widest[host].max(initial=1)) - 1).bit_length()
+            self._offsets = torch.arange(width, device=self.device)
         self._fill(self._q0_postings[host])
         first = self._first[self.qidx]
         first = torch.where((key_docs(first) == self.exclude[:, None]) & (first >= 0), -1, first)
@@ -317,6 +308,11 @@ class ReformulationEnv:
         weight = self._cand_weight.gather(1, slot).squeeze(1)
         return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True), self.compact)
 
+    def trial_all(self) -> torch.Tensor:
+        """(B, M) the reward metric after each candidate slot (``trial`` of every one; empty slots and episodes that
+        ended keep their current metric)."""
+        return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.M)], 1)
+
     # ------------------------------------------------------------------ scoring
     def _added(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor, topk: torch.Tensor,
                undo: bool = False) -> torch.Tensor:
@@ -348,4 +344,5 @@ class ReformulationEnv:
         old = torch.where(topk >= 0, ranking_keys(self.lanes.gather(1, old_docs), old_docs), -1)
         if undo:
             lanes.index_put_((target.view(-1),), saved.view(-1))
-        return merge_topk(old, touched, topk.shape[1])
+        # a document may be in both lists, with equal keys
+        return best_distinct(torch.cat([old, touched], 1), topk.shape[1], copies=2)

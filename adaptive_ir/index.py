@@ -70,7 +70,13 @@ def touched_topk(keys: torch.Tensor, row: torch.Tensor, per_row: torch.Tensor, k
     rank = torch.arange(keys.numel(), device=keys.device) - starts.index_select(0, row)
     mat = torch.full((per_row.numel(), max(width, 1)), -1, dtype=torch.long, device=keys.device)
     mat.index_put_((row, rank), keys)
-    best = mat.topk(min(k * copies, mat.shape[1]), dim=1).values
+    return best_distinct(mat, k, copies)
+
+
+def best_distinct(keys: torch.Tensor, k: int, copies: int) -> torch.Tensor:
+    """The k best distinct keys of each row of ``keys`` (-1 padded, in and out), (R, k), where one document may
+    appear up to ``copies`` times with equal keys: the k × copies best entries hold the k best distinct ones."""
+    best = keys.topk(min(k * copies, keys.shape[1]), dim=1).values
     if copies > 1:  # equal neighbours in a sorted row are one document
         best[:, 1:].masked_fill_((best[:, 1:] == best[:, :-1]) & (best[:, 1:] >= 0), -1)
         best = best.topk(min(k, best.shape[1]), dim=1).values
@@ -434,5 +440,5 @@ def idf_lucene(df: np.ndarray, num_docs: int) -> np.ndarray:
     return np.log1p((num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
 
 
-__all__ = ["BM25Index", "IDF_VARIANTS", "POSITIVE_KEY", "SCORINGS", "LuceneWeights", "idf_lucene", "key_docs",
+__all__ = ["BM25Index", "IDF_VARIANTS", "POSITIVE_KEY", "SCORINGS", "LuceneWeights", "best_distinct", "idf_lucene", "key_docs",
            "key_scores", "length_norm_byte", "lucene_idf_bm25s", "ranking_keys", "touched_topk"]

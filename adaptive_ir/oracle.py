@@ -27,7 +27,7 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
         env.reset(torch.arange(lo, min(len(qs), lo + batch_size)))
         for _ in range(max_steps):
             legal = env.legal()[:, :m]
-            score = torch.stack([env.trial(torch.full_like(env.qidx, j)) for j in range(m)], 1)
+            score = env.trial_all()
             gain, slot = score.masked_fill(~legal, -1.0).max(1)
             take = env.alive & (gain > env.metric + 1e-9)
             env.step(torch.where(take, slot, m))  # the others stop

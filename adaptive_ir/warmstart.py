@@ -19,6 +19,7 @@ from .env import ReformulationEnv
 from .hostsync import allowed_sync
 from .policy import Agent
 from .ppo import AmpContext
+from .rollout import greedy_actions
 
 
 @torch.no_grad()
@@ -30,7 +31,7 @@ def first_step_gains(env: ReformulationEnv, qidx: torch.Tensor, batch: int) -> t
         env.reset(qidx[lo:lo + batch])
         legal = env.legal()[:, :env.M]
         base = env.metric.clone()
-        gains = torch.stack([env.trial(torch.full_like(env.qidx, j)) for j in range(env.M)], 1) - base[:, None]
+        gains = env.trial_all() - base[:, None]
         out.append(gains * legal)
     return torch.cat(out) if out else torch.zeros((0, env.M), device=env.device)
 
@@ -68,9 +69,7 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
         for lo in range(0, n, size):
             rows = torch.arange(lo, min(n, lo + size), device=device)
             logp = policy(rows)
-            top = logp[:, :-1].argmax(1)
-            stop = logp[:, -1] > -0.6931471805599453  # the greedy rule of rollout.greedy_actions: P(STOP) > 1/2
-            best = torch.where(stop, logp.shape[1] - 1, top)
+            top, best = logp[:, :-1].argmax(1), greedy_actions(logp)
             sums += torch.stack([(torch.softmax(logp[:, :-1], 1) * gains[rows]).sum(),
                                  gains[rows].gather(1, top[:, None]).sum(), (logp.exp() * padded[rows]).sum(),
                                  padded[rows].gather(1, best[:, None]).sum()])
