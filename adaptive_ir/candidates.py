@@ -11,7 +11,20 @@ the query's own words) is scored by each configured method:
 Each method's scores are divided by the query's best score (so they lie in [0, 1]); the union of each method's
 top ``top_k_per_method`` terms is ranked by the mean normalised score, terms under ``min_score`` are dropped while
 more than ``min_candidates`` remain, and the best ``max_candidates`` are kept. Features per candidate: the
-normalised method scores, the mean, log-df / log-N, and the fraction of feedback docs containing the term.
+normalised method scores, the mean, log-df / log-N, and the fraction of feedback docs containing the term
+(with ``stem_variants``, a 0/1 variant flag), then what makes a term good *for this query* (Cao et al. 2008,
+"Selecting good expansion terms for pseudo-relevance feedback"), over the feedback documents D_t holding it:
+
+* ``cooc_mean``     mean over the query's terms w of |D_t ∩ D_w| / |D_t| (document-level co-occurrence);
+* ``cooc_min``      the same for the query term it co-occurs with least (a term tied to one query word only);
+* ``cooc_cover``    share of the query's terms it co-occurs with at all;
+* ``fb_rank_weighted``  Σ_{D_t} 1/log2(rank + 1) over Σ of all feedback documents (near the top or deep down);
+* ``fb_score_weighted`` the same with the documents' BM25 scores;
+* ``fb_df_ratio``   log(feedback document fraction / corpus document fraction) / log N (feedback-specific
+  or common everywhere).
+
+The co-occurrence features are one compiled pass (``kernels.feedback_cooc``) over the feedback documents' rows of
+the forward index, a binary search per (candidate, feedback document): the cost follows Q × M × K, never the corpus.
 
 The work is one batched feedback search and a few sparse matrix products per chunk of queries, over the rows of
 the chunk's feedback documents only (read from the index's forward arrays, impacts recomputed bit-identically),
@@ -33,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 import Stemmer
 
+from . import kernels
 from .feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
 from .index import idf_lucene
 from .io import fingerprint, load_arrays, save_arrays, sha256
@@ -41,6 +55,8 @@ from .retrieval import Retriever
 
 log = logging.getLogger(__name__)
 METHODS = ("tfidf", "bm25_contrib", "rm3")
+QUERY_FEATURES = ["cooc_mean", "cooc_min", "cooc_cover", "fb_rank_weighted", "fb_score_weighted", "fb_df_ratio"]
+"""The query-specific features, after the miner's scores (see the module docstring)."""
 
 
 @dataclass
@@ -89,10 +105,12 @@ class CandidateMiner:
         df = corpus.document_frequency()
         self.idf = idf_lucene(df, corpus.num_docs)
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
+        self.df = df
         self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
         self.stems = StemGroups.build(corpus.vocab.terms) if stem_variants else None
         if stem_variants:
             self.feature_names.append("stem_variant")
+        self.feature_names += QUERY_FEATURES
         self.search_seconds = 0.0
         """Time spent in feedback searches by all ``mine`` calls (summed over the worker threads): the part of
         mining that grows with the corpus (the rest follows the feedback documents)."""
@@ -103,7 +121,7 @@ class CandidateMiner:
                 "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta,
                 "stem_variants": self.stems is not None,
                 "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth],
-                "first_k": self.first_k, "v": 1}
+                "first_k": self.first_k, "v": 2}
 
     def mine(self, query_terms: list[list[int]], query_vectors: np.ndarray | None = None) -> CandidateSet:
         """Candidate sets for every query, ``chunk_size`` queries at a time (one batched feedback search each).
@@ -166,7 +184,29 @@ class CandidateMiner:
         terms, feats = select_candidates(query_terms, [scores[m].tocsr() for m in self.methods], fb_frac, self.log_df,
                                          self.stems, self.top_k_per_method, self.min_score, self.min_candidates,
                                          self.max_candidates)
-        return terms, feats
+        return terms, np.concatenate([feats, self._query_features(query_terms, fb_idx, has_score, fb_scores, terms,
+                                                                  feats[:, :, self.feature_names.index(
+                                                                      "fb_doc_fraction")])], axis=2)
+
+    def _query_features(self, query_terms, fb_idx, has_score, fb_scores, terms, fb_frac) -> np.ndarray:
+        """(Q, M, len(QUERY_FEATURES)) float32: the co-occurrence features and the feedback/corpus df ratio."""
+        corpus = self.r.corpus
+        n, k0 = fb_idx.shape
+        width = max(1, max((len(set(t)) for t in query_terms), default=1))
+        qt = np.full((n, width), -1, np.int64)
+        for i, t in enumerate(query_terms):
+            own = sorted(set(t))
+            qt[i, :len(own)] = own
+        rank_w = 1.0 / np.log2(np.arange(k0) + 2.0)
+        fb_weight = np.stack([has_score * rank_w[None, :], np.where(has_score, fb_scores, 0.0)], axis=2)
+        out = np.zeros((n, terms.shape[1], len(QUERY_FEATURES)), np.float32)
+        kernels.feedback_cooc(corpus.indptr, corpus.terms, fb_idx.astype(np.int64), fb_weight.astype(np.float64),
+                              qt, terms, out)
+        num_docs = corpus.num_docs
+        df = self.df[np.maximum(terms, 0)]
+        ratio = np.log(np.maximum(fb_frac, 1.0 / k0) * num_docs / np.maximum(df, 1)) / np.log(max(num_docs, 2))
+        out[:, :, 5] = np.where(terms >= 0, ratio, 0.0)
+        return out
 
 
 def select_candidates(query_terms: list[list[int]], scores: list[sp.csr_matrix], fb_frac: sp.csr_matrix,

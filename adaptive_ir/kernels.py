@@ -175,3 +175,78 @@ def topk_metric(topk, qidx, rel_indptr, rel_docs, recall_coef, mrr_weight, out):
         if mrr_weight != 0 and first:
             v += np.float32(mrr_weight) * (np.float32(1.0) / np.float32(first))
         out[i] = v
+
+
+@njit(inline="always")
+def _holds(doc_terms: np.ndarray, lo: np.int64, hi: np.int64, t: np.int64) -> bool:
+    """Whether the ascending ``doc_terms[lo:hi]`` (one document's distinct terms) holds term ``t``."""
+    end = hi
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if doc_terms[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < end and doc_terms[lo] == t
+
+
+@njit(nogil=True, cache=True)
+def feedback_cooc(doc_indptr, doc_terms, fb_idx, fb_weight, query_terms, cands, out):
+    """Per candidate, how it co-occurs with its query's terms in the query's feedback documents (forward index
+    ``doc_terms[doc_indptr[d]:doc_indptr[d + 1]]``, ascending per document). ``fb_idx`` (Q, K) feedback documents,
+    ``fb_weight`` (Q, K, 2) their rank weight and score weight (0: not feedback); ``query_terms`` (Q, L) -1
+    padded; ``cands`` (Q, M) -1 padded. ``out[q, m]`` (5 values, 0 where the candidate holds no feedback
+    document): over the feedback documents D_t holding the candidate,
+    0. mean over query terms w of |D_t ∩ D_w| / |D_t| (document-level co-occurrence),
+    1. the same, least over the query terms (the query term it co-occurs with least),
+    2. share of the query terms that co-occur with it at least once,
+    3. Σ_{D_t} rank weight / Σ rank weight (its distribution over the feedback ranks),
+    4. Σ_{D_t} score weight / Σ score weight."""
+    nq, k = fb_idx.shape
+    width = query_terms.shape[1]
+    holds_q = np.zeros((k, width), np.bool_)
+    counts = np.zeros(width, np.float64)
+    for q in range(nq):
+        nterms = 0
+        for j in range(width):
+            if query_terms[q, j] >= 0:
+                nterms += 1
+        total_rank, total_score = 0.0, 0.0
+        for r in range(k):
+            total_rank += fb_weight[q, r, 0]
+            total_score += fb_weight[q, r, 1]
+            d = fb_idx[q, r]
+            for j in range(nterms):
+                holds_q[r, j] = fb_weight[q, r, 0] > 0 and _holds(doc_terms, doc_indptr[d], doc_indptr[d + 1],
+                                                                  query_terms[q, j])
+        for m in range(cands.shape[1]):
+            t = cands[q, m]
+            if t < 0:
+                continue
+            n, rank_w, score_w = 0.0, 0.0, 0.0
+            counts[:nterms] = 0.0
+            for r in range(k):
+                if fb_weight[q, r, 0] <= 0:
+                    continue
+                d = fb_idx[q, r]
+                if not _holds(doc_terms, doc_indptr[d], doc_indptr[d + 1], t):
+                    continue
+                n += 1.0
+                rank_w += fb_weight[q, r, 0]
+                score_w += fb_weight[q, r, 1]
+                for j in range(nterms):
+                    if holds_q[r, j]:
+                        counts[j] += 1.0
+            if n == 0 or nterms == 0:
+                continue
+            least, covered, total = 1.0, 0.0, 0.0
+            for j in range(nterms):
+                share = counts[j] / n
+                total += share
+                least = min(least, share)
+                covered += counts[j] > 0
+            out[q, m, 0] = total / nterms
+            out[q, m, 1] = least
+            out[q, m, 2] = covered / nterms
+            out[q, m, 3] = rank_w / max(total_rank, 1e-12)
+            out[q, m, 4] = score_w / max(total_score, 1e-12)

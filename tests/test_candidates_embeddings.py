@@ -12,7 +12,7 @@ import pytest
 import torch
 from bm25s.stopwords import STOPWORDS_EN
 
-from adaptive_ir.candidates import mine_cached
+from adaptive_ir.candidates import QUERY_FEATURES, mine_cached
 from adaptive_ir.embeddings import (CORPUS_CHUNK_DOCS, EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder,
                                    SentenceTransformerEmbedder, encode_corpus)
 from adaptive_ir.errors import AdaptiveIRError
@@ -47,11 +47,50 @@ def test_candidates_contents_and_features(world):
         assert in_feedback[got].all()
         f = cands.features[i]
         assert (f[m:] == 0).all()
-        assert ((f[:m] >= 0) & (f[:m] <= 1 + 1e-6)).all()
+        ratio = miner.feature_names.index("fb_df_ratio")  # a log ratio over log N: below 0 for a common term
+        assert ((f[:m] >= -1) & (f[:m] <= 1 + 1e-6)).all()
+        assert ((np.delete(f[:m], ratio, 1) >= 0)).all()
         n_methods = len(miner.methods)
         np.testing.assert_allclose(f[:m, n_methods], f[:m, :n_methods].mean(1), rtol=1e-6)
         assert (np.diff(f[:m, n_methods]) <= 1e-7).all()  # ranked by the mean score
     assert (cands.valid.sum(1) < miner.max_candidates).any() and cands.valid.sum(1).max() <= miner.max_candidates
+
+
+def test_query_specific_features_equal_their_definitions(world):
+    """cooc_*, fb_*_weighted and fb_df_ratio recomputed per query with sets of documents (the module docstring's
+    definitions) equal the compiled pass."""
+    cands, miner, r = world.cands, world.miner, world.retriever
+    terms = r.encode(world.texts)
+    scores, fb_idx = r.search(terms, k=miner.top_k0)
+    names = miner.feature_names
+    col = {name: names.index(name) for name in QUERY_FEATURES}
+    n_docs = r.corpus.num_docs
+    checked = 0
+    for i, q in enumerate(terms):
+        fb = [(rank, int(d), float(s)) for rank, (d, s) in enumerate(zip(fb_idx[i], scores[i])) if s > 0]
+        holds = {d: set(r.corpus.terms[r.corpus.indptr[d]:r.corpus.indptr[d + 1]].tolist()) for _, d, _ in fb}
+        rank_w = {rank: 1 / np.log2(rank + 2) for rank, _, _ in fb}
+        own = sorted(set(q))
+        for m, t in enumerate(cands.terms[i]):
+            if t < 0:
+                continue
+            f = cands.features[i, m]
+            with_t = [(rank, d, s) for rank, d, s in fb if t in holds[d]]
+            frac = len(with_t) / miner.top_k0
+            ratio = np.log(max(frac, 1 / miner.top_k0) * n_docs / max(miner.df[t], 1)) / np.log(n_docs)
+            np.testing.assert_allclose(f[col["fb_df_ratio"]], ratio, rtol=1e-5, atol=1e-6)
+            if not with_t or not own:
+                assert (f[[col[k] for k in QUERY_FEATURES[:5]]] == 0).all()
+                continue
+            share = [sum(w in holds[d] for _, d, _ in with_t) / len(with_t) for w in own]
+            want = [np.mean(share), min(share), np.mean([s > 0 for s in share]),
+                    sum(rank_w[rank] for rank, _, _ in with_t) / sum(rank_w.values()),
+                    sum(s for _, _, s in with_t) / sum(s for _, _, s in fb)]
+            np.testing.assert_allclose(f[[col[k] for k in QUERY_FEATURES[:5]]], want, rtol=1e-5, atol=1e-6)
+            checked += 1
+    assert checked > 100
+    spread = cands.features[cands.valid][:, [col[k] for k in QUERY_FEATURES]]
+    assert (spread.std(0) > 0).all()  # each feature tells candidates apart
 
 
 def test_miner_keeps_each_querys_first_ranking_as_the_search_gives_it(world, tmp_path):
@@ -289,11 +328,10 @@ def test_stem_variants_are_offered_first_and_flagged():
     r = _retriever(VARIANT_DOCS)
     miner = CandidateMiner(r, top_k0=3, max_candidates=10, min_candidates=1, min_score=0.0, num_workers=1,
                            stem_variants=True)
-    assert miner.feature_names[-1] == "stem_variant"
     q = r.encode(["flow"])
     cands = miner.mine(q)
     words = [r.vocab.terms[t] for t in cands.terms[0] if t >= 0]
-    flag = cands.features[0, : len(words), -1]
+    flag = cands.features[0, : len(words), miner.feature_names.index("stem_variant")]
     variants = {"flows", "flowing", "flowed"}
     # every variant in the corpus is a candidate, ranked before the feedback terms, flagged 1 (others 0);
     # "flowed" occurs in no feedback document and is offered all the same
