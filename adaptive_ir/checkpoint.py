@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 from .config import Config, config_from_dict, resolve_device
-from .errors import CheckpointError
+from .errors import CheckpointError, ConfigError
 from .export import SHIPPED_DIR, SPEC, WEIGHTS, read_export, shipped_policies
 from .io import atomic_write_bytes, atomic_write_json, sha256
-from .policy import Agent
+from .policy import Agent, agent_feature_names
 from .ppo import AmpContext
 from .spec import check_fits, data_identity, policy_spec
 from .workspace import Workspace
@@ -31,9 +31,16 @@ CHECKPOINT_FORMAT = 1
 
 def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
     a = cfg.rl_agent
+    names = agent_feature_names(ws.miner.feature_names)
+    unknown = [n for n in a.ignore_features if n not in names]
+    if unknown:
+        raise ConfigError(f"rl_agent.ignore_features: {unknown} not among the policy's inputs for this config: "
+                          f"{', '.join(names)}")
+    mask = torch.tensor([n not in a.ignore_features for n in names])
+    levels = len(cfg.retrieval.levels)
     agent = Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
-                  a.num_layers)
-    agent.core.init_stop_prior(cfg.candidate_mining.max_candidates)
+                  a.num_layers, levels, mask)
+    agent.core.init_stop_prior(cfg.candidate_mining.max_candidates * levels)
     return agent.to(device)
 
 

@@ -187,6 +187,9 @@ class AgentConfig:
     """T: terms the agent may add to a query before the episode is truncated."""
     num_query_variants: Count = 1
     """Rewrites per query at evaluation; more than 1 samples that many and fuses their runs with RRF."""
+    ignore_features: list[str] = field(default_factory=list)
+    """Candidate features the policy is not shown (held at 0), by name (``policy.agent_feature_names``: the miner's
+    features, raw and as ``z:<name>``, and the agent's own): for ablations. Part of the policy spec."""
     use_pretrained_embeddings: bool = True
     """Must be true: the agent reads the embeddings section's precomputed tables (lsa needs no model)."""
     embedding_type: Literal["lsa", "sentence-transformers", "legacy"] | None = None
@@ -265,9 +268,18 @@ class RetrievalConfig:
     """Cutoff of the reward metric (Recall@k, RR@k)."""
     expansion_weight: PosFloat = 1.0
     """Weight of each added term in the rewritten query's BM25 score; the original terms weigh 1."""
+    expansion_weights: list[PosFloat] | None = None
+    """Weights the agent chooses among for each term it adds: an action is (candidate, weight), so a strong term
+    can go in at a high weight and a risky one at a low weight. None: expansion_weight for every term. The baselines
+    (oracle, fixed rules) search the same (candidate, weight) space."""
     expansion_weighting: Literal["uniform", "score"] = "uniform"
     """uniform: every added term weighs expansion_weight; score: expansion_weight × the term's mean normalised
     miner score (in (0, 1]), so strong feedback terms weigh more, as in RM3."""
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The weights an added term may take (the action's second part)."""
+        return tuple(self.expansion_weights) if self.expansion_weights else (self.expansion_weight,)
 
 
 @dataclass
@@ -778,6 +790,11 @@ def _validate(cfg: Config, origins: _Origins) -> None:
     if mining.stem_variants and retrieval.stemmer != "none":
         fail("candidate_mining.stem_variants", f"the index already stems (retrieval.stemmer: {retrieval.stemmer}): "
              "its terms are stems, so a query word has no variants to add; set stem_variants: false")
+
+    if retrieval.expansion_weights is not None and len(set(retrieval.expansion_weights)) != len(
+            retrieval.expansion_weights):
+        fail("retrieval.expansion_weights", f"{retrieval.expansion_weights} repeats a weight: two actions would be "
+             "the same rewrite; list each weight once")
 
     agent = cfg.rl_agent
     if not agent.use_pretrained_embeddings:

@@ -1,7 +1,8 @@
 """The batched reformulation environment: B episodes in lockstep, as tensors on one device.
 
-An episode starts from a query q0. At each step the agent appends one of the query's M candidate terms (a term
-can be chosen once) or takes STOP (action index M). After every step the rewritten query's ranking is scored
+An episode starts from a query q0. At each step the agent appends one of the query's M candidate terms at one of
+L weights (``levels``; a term can be chosen once) or takes STOP. Action a < M·L adds candidate a // L at weight
+``levels[a % L]`` (candidate-major: a candidate's L actions are adjacent); action ``stop`` = M·L is STOP. After every step the rewritten query's ranking is scored
 against the qrels; the reward is the change of the reward metric, so an episode's undiscounted return telescopes
 to metric(final query) − metric(q0). STOP ends the episode, and so does reaching ``max_steps``: no action, hence
 no reward, is possible after the limit and the step fraction is part of the observation, so that state is
@@ -33,6 +34,7 @@ give the same rewards (tested); the accelerator mode is the one the sync-detecto
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -167,16 +169,23 @@ class ReformulationEnv:
     accelerator code (tests run it on the CPU)."""
 
     def __init__(self, queries: QuerySet, index: BM25Index, max_steps: int = 5, reward_k: int = 40,
-                 reward_weights: dict[str, float] | None = None, expansion_weight: float = 1.0,
+                 reward_weights: dict[str, float] | None = None, expansion_weight: float | Sequence[float] = 1.0,
                  scored: bool = True, compact: bool | None = None):
+        """``expansion_weight``: the weight of an added term, or the L weights an action chooses among."""
         self.qs, self.index = queries, index
         self.max_steps, self.reward_k = max_steps, reward_k
         self.reward_weights = reward_weights or {"recall": 1.0}
-        self.expansion_weight = expansion_weight
+        self.levels = tuple(float(w) for w in (expansion_weight if isinstance(expansion_weight, Sequence)
+                                               else (expansion_weight,)))
+        if not self.levels or min(self.levels) <= 0:
+            raise ValueError(f"expansion weights must be > 0 (scores may only rise), got {self.levels}")
         self.scored = scored
         """False for inference rewrites: no reward, so no scoring per step (``metric`` stays 0)."""
-        self.M = queries.max_candidates
+        self.M, self.L = queries.max_candidates, len(self.levels)
+        self.stop = self.M * self.L
+        """The STOP action (the last one)."""
         self.device = queries.terms.device
+        self._level_weights = torch.tensor(self.levels, dtype=torch.float32, device=self.device)
         cpu = self.device.type == "cpu"
         if compact and not cpu:
             raise ValueError("compact mode (the CPU kernels) needs the QuerySet and the index on the CPU")
@@ -219,7 +228,7 @@ class ReformulationEnv:
         pad = lambda x, value: torch.nn.functional.pad(x, (0, 1), value=value)  # noqa: E731
         self._chosen = torch.zeros((b, m + 1), dtype=torch.bool, device=self.device)
         self._cand_terms = pad(qs.cand_terms[self.qidx], self.index.pad_id)
-        self._cand_weight = pad(self.expansion_weight * qs.cand_weight[self.qidx], 0.0)
+        self._cand_weight = pad(qs.cand_weight[self.qidx], 0.0)
         self.alive = torch.ones(b, dtype=torch.bool, device=self.device)
         self.exclude = qs.exclude_docs[self.qidx]
         if not self.scored:
@@ -269,17 +278,24 @@ class ReformulationEnv:
         return self._chosen[:, : self.M]
 
     def legal(self) -> torch.Tensor:
-        """(B, M+1) legal actions: unchosen valid candidates, and STOP (always legal)."""
-        cand = self.qs.cand_valid[self.qidx] & ~self.chosen
+        """(B, M·L+1) legal actions: every weight of the unchosen valid candidates, and STOP (always legal)."""
+        cand = (self.qs.cand_valid[self.qidx] & ~self.chosen).repeat_interleave(self.L, dim=1)
         return torch.cat([cand, torch.ones_like(cand[:, :1])], dim=1)
+
+    def _decode(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(expand, candidate slot (B, 1), term, weight) of (B,) actions: slot M (the padding term, weight 0) where
+        the episode does not expand."""
+        expand = self.alive & (actions < self.stop)
+        slot = torch.where(expand, torch.div(actions, self.L, rounding_mode="floor"), self.M)[:, None]
+        level = torch.where(expand, actions % self.L, 0)
+        term = self._cand_terms.gather(1, slot).squeeze(1)
+        weight = self._cand_weight.gather(1, slot).squeeze(1) * self._level_weights[level]
+        return expand, slot, term, weight
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Apply (B,) actions; returns (reward, terminated), each (B,). Episodes that already ended ignore their
         action (reward 0, not terminated again); STOP and the step that reaches ``max_steps`` terminate."""
-        expand = self.alive & (actions < self.M)
-        slot = torch.where(expand, actions, self.M)[:, None]
-        term = self._cand_terms.gather(1, slot).squeeze(1)
-        weight = self._cand_weight.gather(1, slot).squeeze(1)
+        expand, slot, term, weight = self._decode(actions)
         col = self.qs.terms.shape[1] + self.t
         self.terms[:, col], self.weights[:, col] = term, weight
         self._chosen.scatter_(1, slot, True)
@@ -302,16 +318,13 @@ class ReformulationEnv:
     def trial(self, actions: torch.Tensor) -> torch.Tensor:
         """The reward metric each episode would reach by taking ``actions`` (B,) (STOP: its current one), leaving
         the episodes as they are (the oracle tries every candidate this way)."""
-        expand = self.alive & (actions < self.M)
-        slot = torch.where(expand, actions, self.M)[:, None]
-        term = self._cand_terms.gather(1, slot).squeeze(1)
-        weight = self._cand_weight.gather(1, slot).squeeze(1)
+        expand, _, term, weight = self._decode(actions)
         return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True), self.compact)
 
     def trial_all(self) -> torch.Tensor:
-        """(B, M) the reward metric after each candidate slot (``trial`` of every one; empty slots and episodes that
-        ended keep their current metric)."""
-        return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.M)], 1)
+        """(B, M·L) the reward metric after each action but STOP (``trial`` of every one; empty slots and episodes
+        that ended keep their current metric)."""
+        return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.stop)], 1)
 
     # ------------------------------------------------------------------ scoring
     def _added(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor, topk: torch.Tensor,

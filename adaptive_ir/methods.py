@@ -47,7 +47,7 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
         rc = cfg.retrieval
         runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
                                     rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
-                                    rc.expansion_weight, top_k)
+                                    rc.levels, top_k)
     excluded = ws.collection.excluded_docs(split)  # data.exclude_query_title: dropped from every method's list
     return qids, qrels, {name: drop_excluded(run, excluded) for name, run in runs.items()}
 

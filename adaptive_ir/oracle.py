@@ -1,12 +1,14 @@
 """The reachable upper bound (Nogueira & Cho 2017): greedy best-term selection *with* the qrels.
 
-At each of the ``max_steps`` steps, every unchosen candidate is tried (added to the episode's ranking and taken
+At each of the ``max_steps`` steps, every unchosen candidate is tried at every expansion weight (added to the episode's ranking and taken
 back: ``ReformulationEnv.trial``) and the one that raises the reward metric most is kept; the rewrite stops when no
 candidate raises it. Same candidates, same step budget and same reward as the agent, so agent gain / oracle gain is the share of the
 reachable gain the agent takes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -17,12 +19,13 @@ from .index import BM25Index
 
 @torch.no_grad()
 def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int, weights: dict[str, float],
-                   expansion_weight: float = 1.0, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                   expansion_weight: float | Sequence[float] = 1.0, batch_size: int = 64
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Final (terms, weights) of the greedy oracle for every query of ``qs``: the env's own episodes, each
     step trying every candidate (``ReformulationEnv.trial``) and taking the best one while it gains."""
     env = ReformulationEnv(qs, index, max_steps, reward_k, weights, expansion_weight)
     out_t, out_w = [], []
-    m = qs.max_candidates
+    m = env.stop
     for lo in range(0, len(qs), batch_size):
         env.reset(torch.arange(lo, min(len(qs), lo + batch_size)))
         for _ in range(max_steps):
@@ -39,7 +42,7 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
 
 
 def oracle_run(qs: QuerySet, index: BM25Index, doc_ids: list[str], max_steps: int, reward_k: int,
-               weights: dict[str, float], expansion_weight: float = 1.0, top_k: int = 100) -> Run:
+               weights: dict[str, float], expansion_weight: float | Sequence[float] = 1.0, top_k: int = 100) -> Run:
     terms, wts = oracle_rewrite(qs, index, max_steps, reward_k, weights, expansion_weight)
     scores, idx = index.search(terms, wts, k=top_k)
     return to_run(qs.qids, doc_ids, scores.cpu().numpy(), idx.cpu().numpy())

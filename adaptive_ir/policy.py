@@ -1,7 +1,10 @@
 """The actor-critic: scores every candidate of every episode in one forward, plus STOP and a state value.
 
 Inputs per episode: the embedding of q0, of the current query (q0 plus the chosen terms), and for each of the M
-candidates its embedding and features (miner scores, already-chosen flag, step fraction). Candidates are
+candidates its embedding and features (``agent_feature_names``): the miner's features as mined and z-scored over
+the query's own candidates (what makes a term stand out *among this query's* candidates: raw scores of different
+queries are not comparable), its rank in the miner's order, the already-chosen flag, the step fraction and its
+cosines to q0 and to the current query. Each candidate gets L logits, one per expansion weight (``levels``). Candidates are
 projected to ``hidden_dim``, conditioned on the query context, optionally mixed by a transformer encoder over
 the candidate set (``num_layers`` > 0; no positions: the set is unordered), and scored by a small MLP; STOP and
 the value come from the context token. ``num_layers: 0`` (the shipped configs) scores candidates independently
@@ -19,16 +22,33 @@ from torch import nn
 
 from .env import QuerySet
 
-EXTRA_FEATURES = 4
-"""Features the agent adds to the miner's: chosen flag, step fraction, cosine to q0 and to the current query."""
+EXTRA_FEATURES = ("chosen", "step_fraction", "cos_q0", "cos_current", "rank")
+"""Features the agent adds to the miner's: chosen flag, step fraction, cosine to q0 and to the current query, and
+the candidate's rank in the miner's order (over M)."""
+
+
+def agent_feature_names(miner_features: list[str]) -> list[str]:
+    """The policy's per-candidate inputs, in order: the miner's features, the same z-scored per query, its own."""
+    return [*miner_features, *(f"z:{name}" for name in miner_features), *EXTRA_FEATURES]
+
+
+def standardise(feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(B, M, F) features z-scored over each query's valid candidates (0 where invalid, and for a feature that
+    is the same for all of them)."""
+    w = valid.unsqueeze(-1).to(feats.dtype)
+    n = w.sum(1, keepdim=True).clamp(min=1)
+    mean = (feats * w).sum(1, keepdim=True) / n
+    var = ((feats - mean) ** 2 * w).sum(1, keepdim=True) / n
+    return (feats - mean) * torch.rsqrt(var.clamp(min=1e-8)) * (var > 1e-8) * w
 
 
 class ActorCritic(nn.Module):
     """Candidate scorer over tensors only (the part DataParallel splits across GPUs)."""
 
     def __init__(self, emb_dim: int, feat_dim: int, hidden_dim: int = 128, num_heads: int = 4,
-                 num_layers: int = 1):
+                 num_layers: int = 1, levels: int = 1):
         super().__init__()
+        self.levels = levels
         self.ctx = nn.Sequential(nn.Linear(2 * emb_dim + 1, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
         self.cand_emb = nn.Linear(emb_dim, hidden_dim)
         self.cand_feat = nn.Sequential(nn.Linear(feat_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
@@ -39,32 +59,36 @@ class ActorCritic(nn.Module):
                                                dropout=0.0, batch_first=True, norm_first=True)
             self.mixer = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.cand_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, hidden_dim), nn.GELU(),
-                                       nn.Linear(hidden_dim, 1))
+                                       nn.Linear(hidden_dim, levels))
         self.stop_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
         self.value_head = nn.Sequential(nn.Linear(2 * hidden_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, 1))
         self.stop_bias = nn.Parameter(torch.zeros(()))
 
-    def init_stop_prior(self, num_candidates: int) -> None:
-        """Start with P(STOP) ≈ 1/2 at every step: the untrained agent mostly keeps the original query (do no
-        harm), and learns to add the terms that pay. With a uniform start STOP has 1/(M+1) probability, and on
-        collections where BM25 is already strong (SciFact) PPO was measured never to learn to stop."""
+    def init_stop_prior(self, num_actions: int) -> None:
+        """Start with P(STOP) ≈ 1/2 at every step (``num_actions``: M·L, the actions but STOP): the untrained agent
+        mostly keeps the original query (do no harm), and learns to add the terms that pay. With a uniform start
+        STOP has 1/(M·L+1) probability, and on collections where BM25 is already strong (SciFact) PPO was measured
+        never to learn to stop."""
         with torch.no_grad():
-            self.stop_bias.fill_(math.log(num_candidates))
+            self.stop_bias.fill_(math.log(num_actions))
 
     def forward(self, q0: torch.Tensor, cur: torch.Tensor, step: torch.Tensor, cand: torch.Tensor,
                 feats: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, M+1) masked logits (STOP last) and (B,) values."""
+        """(B, M·L+1) masked logits (candidate-major, STOP last) and (B,) values; ``legal`` (B, M·L+1)."""
+        b, m = cand.shape[:2]
+        open_ = legal[:, :-1].view(b, m, self.levels).any(-1)  # (B, M) candidates still to choose
         ctx = self.ctx(torch.cat([q0, cur, step[:, None]], dim=1))  # (B, H)
         tok = self.cand_emb(cand) + self.cand_feat(feats) + ctx[:, None, :]  # (B, M, H)
         if self.mixer is not None:
             seq = torch.cat([ctx[:, None, :], tok], dim=1)
-            pad = torch.cat([torch.zeros_like(legal[:, :1]), ~legal[:, :-1]], dim=1)
+            pad = torch.cat([torch.zeros_like(open_[:, :1]), ~open_], dim=1)
             # chosen/padded candidates are not attended to; the context token always is, so no row is empty
             seq = self.mixer(seq, src_key_padding_mask=pad)
             ctx, tok = seq[:, 0], seq[:, 1:]
-        logits = torch.cat([self.cand_head(tok).squeeze(-1), self.stop_head(ctx) + self.stop_bias], dim=1).float()
+        logits = torch.cat([self.cand_head(tok).reshape(b, m * self.levels), self.stop_head(ctx) + self.stop_bias],
+                           dim=1).float()
         logits = logits.masked_fill(~legal, torch.finfo(logits.dtype).min)
-        live = legal[:, :-1, None].to(tok.dtype)
+        live = open_[:, :, None].to(tok.dtype)
         pooled = (tok * live).sum(1) / live.sum(1).clamp(min=1)
         value = self.value_head(torch.cat([ctx, pooled], dim=1)).squeeze(-1).float()
         return logits, value
@@ -81,7 +105,7 @@ class EpisodeInputs(NamedTuple):
     q0: torch.Tensor
     """(B, D) embedding of the original query."""
     feats: torch.Tensor
-    """(B, M, F) the miner's candidate features."""
+    """(B, M, 2F) the miner's candidate features, as mined and z-scored per query (``standardise``)."""
     sim_q0: torch.Tensor
     """(B, M, 1) candidate · q0."""
 
@@ -90,10 +114,16 @@ class Agent(nn.Module):
     """Embedding tables + ActorCritic. Builds observations from ids, so rollouts store ids, not vectors."""
 
     def __init__(self, emb_dim: int, feat_dim: int, max_steps: int, hidden_dim: int = 128, num_heads: int = 4,
-                 num_layers: int = 1):
+                 num_layers: int = 1, levels: int = 1, feature_mask: torch.Tensor | None = None):
+        """``feat_dim``: F, the miner's features; ``levels``: L, the expansion weights an action chooses among;
+        ``feature_mask`` (2F + len(EXTRA_FEATURES),): 0 for an input held at 0 (rl_agent.ignore_features)."""
         super().__init__()
-        self.max_steps = max_steps
-        self.core = ActorCritic(emb_dim, feat_dim + EXTRA_FEATURES, hidden_dim, num_heads, num_layers)
+        self.max_steps, self.levels = max_steps, levels
+        width = 2 * feat_dim + len(EXTRA_FEATURES)
+        self.core = ActorCritic(emb_dim, width, hidden_dim, num_heads, num_layers, levels)
+        mask = torch.ones(width) if feature_mask is None else feature_mask.float()
+        # not saved with the weights: it follows from the config, which the policy spec records
+        self.register_buffer("feature_mask", mask, persistent=False)
         self._runner = self._local = self.core
         self.query_table = self.term_table = None
 
@@ -119,19 +149,25 @@ class Agent(nn.Module):
         """The fixed part of the observation of episodes at query positions ``qidx`` (B,)."""
         cand = self.term_table[qs.cand_rows[qidx]]  # (B, M, D)
         q0 = self.query_table[qs.q_rows[qidx]]
-        return EpisodeInputs(qs.cand_valid[qidx], cand, q0, qs.cand_feats[qidx], cand @ q0.unsqueeze(-1))
+        valid, feats = qs.cand_valid[qidx], qs.cand_feats[qidx]
+        return EpisodeInputs(valid, cand, q0, torch.cat([feats, standardise(feats, valid)], -1),
+                             cand @ q0.unsqueeze(-1))
 
     def forward(self, ep: EpisodeInputs, chosen: torch.Tensor, step: torch.Tensor, parallel: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits (B, M+1) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,).
+        """Logits (B, M·L+1) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,).
         ``parallel``: through the update's wrapper (DataParallel / DDP) rather than the bare core."""
-        legal = torch.cat([ep.valid & ~chosen, torch.ones_like(ep.valid[:, :1])], dim=1)
+        open_ = (ep.valid & ~chosen).repeat_interleave(self.levels, dim=1)
+        legal = torch.cat([open_, torch.ones_like(ep.valid[:, :1])], dim=1)
         chosen_f = chosen.to(ep.cand.dtype)
         cur = ep.q0 + (chosen_f.unsqueeze(1) @ ep.cand).squeeze(1)
         cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
         frac = step * (1.0 / self.max_steps)
+        b, m = chosen.shape
+        rank = torch.arange(m, device=chosen.device, dtype=ep.cand.dtype) * (1.0 / m)
         # query-candidate similarities as explicit features: cheap, and they spare the small scorer from
         # having to learn a bilinear interaction
-        feats = torch.cat([ep.feats, chosen_f.unsqueeze(-1), frac[:, None, None].expand(-1, chosen.shape[1], 1),
-                           ep.sim_q0, ep.cand @ cur.unsqueeze(-1)], dim=-1)
+        feats = torch.cat([ep.feats, chosen_f.unsqueeze(-1), frac[:, None, None].expand(-1, m, 1),
+                           ep.sim_q0, ep.cand @ cur.unsqueeze(-1), rank[None, :, None].expand(b, -1, 1)], dim=-1)
+        feats = feats * self.feature_mask
         return (self._runner if parallel else self._local)(ep.q0, cur, frac, ep.cand, feats, legal)

@@ -20,7 +20,7 @@ def make_env(cfg: Config, ws: Workspace, qs: QuerySet, scored: bool = True) -> R
     rc, tc = cfg.retrieval, cfg.training
     weights = tc.reward_weights or {rc.reward_metric: 1.0}
     return ReformulationEnv(qs, ws.retriever.index, cfg.rl_agent.max_steps_per_episode, rc.reward_k, weights,
-                            rc.expansion_weight, scored=scored)
+                            rc.levels, scored=scored)
 
 
 def rrf(runs: list[Run], k: int, depth: int) -> Run:

@@ -18,8 +18,8 @@ from .ppo import AmpContext
 
 
 def greedy_actions(logp: torch.Tensor) -> torch.Tensor:
-    """Deterministic actions from (B, M+1) log-probs (STOP last), in two stages: STOP when P(STOP) > ½, else the
-    most likely term. A plain argmax over M+1 actions stops whenever P(STOP) beats every single term, even when
+    """Deterministic actions from (B, A+1) log-probs (STOP last), in two stages: STOP when P(STOP) > ½, else the
+    most likely (term, weight). A plain argmax over all actions stops whenever P(STOP) beats every single term, even when
     continuing is far more likely than stopping."""
     stop = logp[:, -1] > math.log(0.5)
     return torch.where(stop, logp.shape[1] - 1, logp[:, :-1].argmax(1))
@@ -50,7 +50,7 @@ def policy_step(agent: Agent, amp: AmpContext, ep: EpisodeInputs, env: Reformula
     logp, values = logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
     if rows is not None:
         b = env.alive.shape[0]
-        actions = torch.full((b,), env.M, device=rows.device).index_copy_(0, rows, actions)
+        actions = torch.full((b,), env.stop, device=rows.device).index_copy_(0, rows, actions)
         logp, values = (torch.zeros(b, device=rows.device).index_copy_(0, rows, x) for x in (logp, values))
     return actions, logp, values
 

@@ -4,7 +4,8 @@ Every checkpoint and every exported policy records
 
 * ``spec``: what the weights' shapes and meaning depend on, whatever the collection: the embedder (identity and
   dimension), the candidate features (their names, and the config keys that choose them: ``candidate_mining.methods``
-  and ``stem_variants``), M, T and the network sizes;
+  and ``stem_variants``), the policy's inputs made of them (``agent_features``) and those it ignores, the expansion
+  weights an action chooses among (``levels``), M, T and the network sizes;
 * ``data``: the identity of the collection it was trained on, as the BM25 index knows it: the sha256 of the corpus
   texts and the analyzer's identity (``Retriever.index.meta``). The path the data was read from is not part of it:
   the same documents moved elsewhere are the same data.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import CheckpointError
-from .policy import EXTRA_FEATURES
+from .policy import agent_feature_names
 
 if TYPE_CHECKING:
     from .config import Config
@@ -27,14 +28,14 @@ if TYPE_CHECKING:
 SPEC_FORMAT = "adaptive-ir-policy/1"
 CONFIG_KEYS = ("embeddings.type", "candidate_mining.methods", "candidate_mining.stem_variants",
                "candidate_mining.max_candidates", "rl_agent.max_steps_per_episode", "rl_agent.hidden_dim",
-               "rl_agent.num_heads", "rl_agent.num_layers")
+               "rl_agent.num_heads", "rl_agent.num_layers", "rl_agent.ignore_features")
 """The config keys in a spec (the rest of it, the embedder and the features, is what they resolved to)."""
 DATA_KEYS = ("corpus_sha256", "analyzer")
 
 
 def _config_part(config: dict) -> dict[str, Any]:
     """The CONFIG_KEYS of a config in ``config_to_dict`` form."""
-    return {key: config[key.split(".")[0]][key.split(".")[1]] for key in CONFIG_KEYS}
+    return {key: config[key.split(".")[0]].get(key.split(".")[1]) for key in CONFIG_KEYS}
 
 
 def policy_spec(cfg: "Config", ws: "Workspace") -> dict[str, Any]:
@@ -43,7 +44,7 @@ def policy_spec(cfg: "Config", ws: "Workspace") -> dict[str, Any]:
 
     return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": ws.embedder.identity,
             "embedding_dim": ws.embedder.dim, "features": list(ws.miner.feature_names),
-            "agent_features": EXTRA_FEATURES}
+            "agent_features": agent_feature_names(ws.miner.feature_names), "levels": list(cfg.retrieval.levels)}
 
 
 def data_identity(ws: "Workspace") -> dict[str, str]:
@@ -60,17 +61,18 @@ def saved_spec(saved: dict) -> dict[str, Any]:
 
 def _show(value: Any) -> str:
     if isinstance(value, list):
-        return "[" + ", ".join(map(str, value)) + "]"
+        shown = value if len(value) <= 8 else [*value[:6], f"… {len(value)} in all"]
+        return "[" + ", ".join(map(str, shown)) + "]"
     if isinstance(value, str) and len(value) > 16:
         return value[:12] + "…"
     return repr(value) if isinstance(value, str) else str(value)
 
 
 def _difference(key: str, saved: Any, now: Any) -> str:
-    if isinstance(saved, list) and isinstance(now, list) and key == "features":
+    if isinstance(saved, list) and isinstance(now, list) and key in ("features", "agent_features"):
         extra, missing = [x for x in saved if x not in now], [x for x in now if x not in saved]
         if extra or missing:
-            return "features: " + ", ".join(f"only {side} has {_show(names)}" for side, names in
+            return f"{key}: " + ", ".join(f"only {side} has {_show(names)}" for side, names in
                                             (("the checkpoint", extra), ("this setup", missing)) if names)
     return f"{key}: checkpoint {_show(saved)} vs this setup {_show(now)}"
 
@@ -81,7 +83,10 @@ def check_fits(source: str, saved: dict, spec: dict, data: dict | None = None, a
     does not record (a checkpoint older than the spec) are not compared. ``source`` starts the message (the file,
     or the config key that named it); ``advice`` ends it."""
     theirs = saved_spec(saved)
-    diffs = [_difference(k, v, spec[k]) for k, v in theirs.items() if k != "format" and k in spec and spec[k] != v]
+    differs = {k for k, v in theirs.items() if k != "format" and k in spec and spec[k] != v}
+    if "features" in differs:
+        differs.discard("agent_features")  # made of the features: their difference says it
+    diffs = [_difference(k, v, spec[k]) for k, v in theirs.items() if k in differs]
     recorded = saved.get("data") or {}
     if data is not None:
         diffs += [_difference(k, recorded[k], data[k]) for k in DATA_KEYS

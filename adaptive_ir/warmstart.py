@@ -24,29 +24,30 @@ from .rollout import greedy_actions
 
 @torch.no_grad()
 def first_step_gains(env: ReformulationEnv, qidx: torch.Tensor, batch: int) -> torch.Tensor:
-    """(N, M) reward of taking each candidate as the first action of an episode of query ``qidx[i]`` (a CPU
-    tensor), 0 where the candidate slot is empty. ``batch`` episodes at a time (the env's lanes)."""
+    """(N, M·L) reward of taking each action but STOP as the first action of an episode of query ``qidx[i]`` (a
+    CPU tensor), 0 where the candidate slot is empty. ``batch`` episodes at a time (the env's lanes)."""
     out = []
     for lo in range(0, qidx.shape[0], batch):
         env.reset(qidx[lo:lo + batch])
-        legal = env.legal()[:, :env.M]
+        legal = env.legal()[:, :env.stop]
         base = env.metric.clone()
         gains = env.trial_all() - base[:, None]
         out.append(gains * legal)
-    return torch.cat(out) if out else torch.zeros((0, env.M), device=env.device)
+    return torch.cat(out) if out else torch.zeros((0, env.stop), device=env.device)
 
 
 def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, env: ReformulationEnv,
                qidx: torch.Tensor, gains: torch.Tensor, epochs: int, minibatch: int, entropy_coef: float,
                max_grad_norm: float, generator: torch.Generator) -> dict[str, float]:
     """Maximise the expected first-step reward of queries ``qidx`` (N,) (on the env's device) with their
-    ``first_step_gains`` (N, M), ``epochs`` passes in minibatches of static size (padding weighs 0). The gains are
+    ``first_step_gains`` (N, M·L), ``epochs`` passes in minibatches of static size (padding weighs 0). The gains are
     divided by their spread over real candidates, so the step size does not depend on the metric's scale.
     Returns, before and after, the expected reward of the term the policy would add and the reward of its most
     likely term (STOP aside), and the expected and greedy first-step reward (STOP included)."""
     qs, device = env.qs, gains.device
     n = qidx.shape[0]
-    legal = torch.cat([qs.cand_valid[qidx], torch.ones_like(qidx[:, None], dtype=torch.bool)], 1)
+    legal = torch.cat([qs.cand_valid[qidx].repeat_interleave(env.L, dim=1),
+                       torch.ones_like(qidx[:, None], dtype=torch.bool)], 1)
     padded = torch.cat([gains, torch.zeros_like(gains[:, :1])], 1)  # STOP earns 0
     scale = gains[legal[:, :-1]].std().clamp(min=1e-6)
     size = max(1, min(minibatch, n))

@@ -332,8 +332,8 @@ def ppo_throughput(agent, amp, qs, env, tc, order, args) -> dict:
     # the work of the buffer's steps: each expanding step adds its term's postings, STOP adds none
     index = env.index
     df = index.indptr[1:] - index.indptr[:-1]  # the padding id (vocab size) has none
-    expand = buf.alive & (buf.actions < qs.max_candidates)
-    chosen = qs.cand_terms[buf.qidx[expand], buf.actions[expand]]
+    expand = buf.alive & (buf.actions < env.stop)
+    chosen = qs.cand_terms[buf.qidx[expand], torch.div(buf.actions[expand], env.L, rounding_mode="floor")]
     query_postings = float(df[qs.terms[buf.qidx[0]]].sum())  # written into the lanes at reset, cleared after
     work = {"postings_per_step": float(df[chosen].sum()) / transitions,
             "query_postings_per_step": query_postings / transitions,

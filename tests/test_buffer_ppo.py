@@ -78,16 +78,17 @@ def world():
     return query_world(24)
 
 
-def rollout(world, seed: int = 0, stop_bias: float | None = None, num_layers: int = 1):
+def rollout(world, seed: int = 0, stop_bias: float | None = None, num_layers: int = 1,
+            levels: tuple[float, ...] = (1.0,)):
     """A fresh agent and one collected batch of episodes (two rounds), with GAE."""
     torch.manual_seed(seed)
     qs = world.qs
     agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2,
-                  num_layers=num_layers)
+                  num_layers=num_layers, levels=len(levels))
     if stop_bias is not None:
         agent.core.stop_bias.data.fill_(stop_bias)
     agent.use_tables(world.tables)
-    env = ReformulationEnv(qs, world.retriever.index, max_steps=4, reward_k=40)
+    env = ReformulationEnv(qs, world.retriever.index, max_steps=4, reward_k=40, expansion_weight=levels)
     buf = RolloutBuffer(4, 2 * len(qs), qs.max_candidates, "cpu")
     qidx = torch.arange(len(qs))
     gen = torch.Generator().manual_seed(seed)
@@ -126,8 +127,12 @@ def test_episodes_reaching_the_step_limit_are_terminal(world):
     torch.testing.assert_close(ret[-1][last], buf.rewards[-1][last])
 
 
-def test_stored_logprobs_are_recomputed_exactly(world):
-    agent, buf, adv, ret = rollout(world)
+@pytest.mark.parametrize("levels, num_layers", [((1.0,), 1), ((0.5, 1.0, 2.0), 1), ((0.5, 2.0), 0)])
+def test_stored_logprobs_are_recomputed_exactly(world, levels, num_layers):
+    agent, buf, adv, ret = rollout(world, levels=levels, num_layers=num_layers)
+    if len(levels) > 1:  # the rollout used several weights
+        expand = buf.alive & (buf.actions < len(levels) * world.qs.max_candidates)
+        assert len((buf.actions[expand] % len(levels)).unique()) == len(levels)
     n = int(buf.alive.sum())
     idx = buf.flat_valid(n)
     steps, eps = buf.qidx.shape
@@ -161,6 +166,29 @@ def test_first_minibatch_ratio_is_one_even_with_dropout_configured(tmp_path, dro
                      PPOSettings(epochs=2, minibatch_size=10 ** 6), torch.Generator().manual_seed(0),
                      stats["local_steps"])
     assert out["approx_kl"] > 1e-6
+
+
+def test_ignored_features_do_not_move_the_policy(world):
+    """rl_agent.ignore_features: the masked inputs change nothing in the logits; the others do."""
+    from adaptive_ir.policy import agent_feature_names
+
+    names = agent_feature_names(world.miner.feature_names)
+    ignored = {"cooc_mean", "z:cooc_mean", "rank"}
+    mask = torch.tensor([n not in ignored for n in names])
+    torch.manual_seed(0)
+    agent = Agent(world.emb_dim, world.qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2,
+                  num_layers=0, feature_mask=mask)
+    agent.use_tables(world.tables)
+    qidx = torch.arange(len(world.qs))
+    ep = agent.episode_inputs(world.qs, qidx)
+    chosen, step = torch.zeros(ep.valid.shape, dtype=torch.bool), torch.zeros(len(qidx))
+    base, _ = agent(ep, chosen, step)
+    col = world.miner.feature_names.index
+    for name, moves in (("cooc_mean", False), ("cooc_min", True)):
+        feats = ep.feats.clone()
+        feats[..., col(name)] += torch.rand(feats.shape[:2])
+        out, _ = agent(ep._replace(feats=feats), chosen, step)
+        assert torch.equal(out, base) != moves, name
 
 
 def test_minibatches_cover_every_sample_once_per_epoch(world):

@@ -126,7 +126,7 @@ def test_empty_feedback_query_can_only_stop(world):
     legal = env.legal()
     assert legal[0, -1] and not legal[0, :-1].any()
     assert env.metric[0] == 0
-    reward, term = env.step(torch.tensor([env.M]))
+    reward, term = env.step(torch.tensor([env.stop]))
     assert term[0] and reward[0] == 0
 
 

@@ -37,7 +37,8 @@ def world():
 
 def hand_metric(w, qpos: int, added: list[str], weights: dict[str, float],
                 expansion_weight: float = 1.0) -> tuple[float, float]:
-    """(lowest, highest) Recall@K / RR@K mix of q0's words (weight 1) plus ``added`` words, scored by bm25s and
+    """(lowest, highest) Recall@K / RR@K mix of q0's words (weight 1) plus ``added`` words (or (word, weight)
+    pairs), scored by bm25s and
     ranked by numpy; documents matching no query word are not retrieved.
 
     Documents with equal scores (identical statistics happen on the generated collection) may come in any order,
@@ -46,7 +47,7 @@ def hand_metric(w, qpos: int, added: list[str], weights: dict[str, float],
     """
     vocab = w.ref.vocab_dict
     words = [(t, 1.0) for t in w.retriever.analyzer.tokenize(w.texts[qpos]) if t in vocab]
-    words += [(t, expansion_weight) for t in added]
+    words += [t if isinstance(t, tuple) else (t, expansion_weight) for t in added]
     scores = np.round(sum(wt * w.ref.get_scores([t]).astype(np.float64) for t, wt in words), 6)
     rel = {d for d, g in w.qrels[w.qids[qpos]].items() if g >= 1}
     is_rel = np.array([d in rel for d in w.coll.doc_ids])
@@ -67,10 +68,10 @@ def random_legal(env: ReformulationEnv, gen: torch.Generator, stop_prob: float =
     legal[none_left, -1] = 1.0
     acts = torch.multinomial(legal, 1, generator=gen).squeeze(1)
     stop = torch.rand(acts.shape, generator=gen) < stop_prob
-    return torch.where(stop, torch.full_like(acts, env.M), acts)
+    return torch.where(stop, torch.full_like(acts, env.stop), acts)
 
 
-def play(w, env: ReformulationEnv, seed: int, weights: dict[str, float], expansion_weight: float = 1.0):
+def play(w, env: ReformulationEnv, seed: int, weights: dict[str, float]):
     """Random legal episodes for every query; checks each reward against hand_metric as it goes.
 
     Returns (sum of rewards, env metric at the start, hand-computed final (lo, hi) bounds) per query.
@@ -91,9 +92,10 @@ def play(w, env: ReformulationEnv, seed: int, weights: dict[str, float], expansi
         alive = env.alive.clone()
         reward, term = env.step(acts)
         for i in range(len(qidx)):
-            if alive[i] and acts[i] < env.M:
-                added[i].append(vocab[int(w.qs.cand_terms[i, acts[i]])])
-                before, now[i] = now[i], hand_metric(w, i, added[i], weights, expansion_weight)
+            if alive[i] and acts[i] < env.stop:
+                slot, level = divmod(int(acts[i]), env.L)
+                added[i].append((vocab[int(w.qs.cand_terms[i, slot])], env.levels[level]))
+                before, now[i] = now[i], hand_metric(w, i, added[i], weights)
                 r = reward[i].item()
                 assert now[i][0] - before[1] - 1e-5 <= r <= now[i][1] - before[0] + 1e-5
                 if before[0] == before[1] and now[i][0] == now[i][1]:
@@ -137,7 +139,28 @@ def test_reward_weights_mix_recall_and_mrr(world):
 
 def test_expansion_weight_scales_added_terms(world):
     env = ReformulationEnv(world.qs, world.retriever.index, max_steps=3, reward_k=K, expansion_weight=0.4)
-    check_telescoping(env, *play(world, env, seed=2, weights={"recall": 1.0}, expansion_weight=0.4))
+    check_telescoping(env, *play(world, env, seed=2, weights={"recall": 1.0}))
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_an_action_adds_its_candidate_at_its_own_weight(world, compact):
+    """With L weights, action a adds candidate a // L at weight levels[a % L]: every reward equals bm25s' search of
+    the rewrite with those weights, and the legal actions are every weight of each open candidate."""
+    levels = (0.3, 1.0, 2.5)
+    env = ReformulationEnv(world.qs, world.retriever.index, max_steps=3, reward_k=K, expansion_weight=levels,
+                           compact=compact)
+    assert (env.L, env.stop) == (3, 3 * env.M)
+    env.reset(torch.arange(len(world.qids)))
+    legal = env.legal()
+    assert legal.shape == (len(world.qids), 3 * env.M + 1)
+    assert torch.equal(legal[:, :-1].view(-1, env.M, 3), world.qs.cand_valid[:, :, None].expand(-1, -1, 3))
+    total, start, final = play(world, env, seed=5, weights={"recall": 1.0})
+    check_telescoping(env, total, start, final)
+    added = env.weights[:, world.qs.terms.shape[1]:]
+    torch.testing.assert_close(added[added > 0].unique(), torch.tensor(levels))
+    # a candidate once chosen is closed at every weight
+    chosen = env.chosen
+    assert not (env.legal()[:, :-1].view(-1, env.M, 3) & chosen[:, :, None]).any()
 
 
 def test_documents_matching_no_query_term_are_not_retrieved(world):
@@ -170,7 +193,7 @@ def test_masks_stop_and_the_step_limit(world, compact):
     # half stop at once, half take their first candidate
     first = qs.cand_valid.float().argmax(1)
     stoppers = torch.arange(len(qs)) % 2 == 0
-    acts = torch.where(stoppers, torch.full_like(first, env.M), first)
+    acts = torch.where(stoppers, torch.full_like(first, env.stop), first)
     _, term = env.step(acts)
     assert torch.equal(term, stoppers)
     assert torch.equal(env.alive, ~stoppers)
@@ -180,7 +203,7 @@ def test_masks_stop_and_the_step_limit(world, compact):
     assert legal[:, -1].all()
     # a finished episode ignores further actions: no reward, no new terms, not terminated again
     terms_before = env.terms[stoppers].clone()
-    reward, term = env.step(torch.where(stoppers, first, torch.full_like(first, env.M)))
+    reward, term = env.step(torch.where(stoppers, first, torch.full_like(first, env.stop)))
     assert torch.equal(env.terms[stoppers], terms_before) and (reward[stoppers] == 0).all()
     assert torch.equal(term, ~stoppers) and not env.alive.any()
     # never stopping: the step that reaches max_steps ends the episode as terminal (nothing can follow it)
@@ -191,7 +214,7 @@ def test_masks_stop_and_the_step_limit(world, compact):
         legal[:, -1] = 1e-9  # STOP only where nothing else is left
         acts = torch.multinomial(legal, 1, generator=gen).squeeze(1)
         _, term = env.step(acts)
-        expanded = acts < env.M
+        expanded = acts < env.stop
         assert torch.equal(term, ~expanded if t < 2 else torch.ones_like(term))
     assert not env.alive.any()
 
@@ -216,7 +239,7 @@ def test_policy_never_samples_illegal_actions(world):
             live = env.alive
             assert legal[live.nonzero().squeeze(1), acts[live]].all()
             assert torch.isfinite(logp[live]).all()
-            chosen_any |= bool((acts[live] < env.M).any())
+            chosen_any |= bool((acts[live] < env.stop).any())
             actions.append(acts)
             env.step(acts)
         assert chosen_any
@@ -308,13 +331,14 @@ def exact_check(env: ReformulationEnv, relevant, mix):
     return check
 
 
-@pytest.mark.parametrize("mix", [{"recall": 1.0}, {"recall": 0.7, "mrr": 0.3}])
-def test_kept_rankings_equal_a_search_from_scratch_in_both_modes(world, mix):
+@pytest.mark.parametrize("mix, weight", [({"recall": 1.0}, 0.6), ({"recall": 0.7, "mrr": 0.3}, 0.6),
+                                         ({"recall": 1.0}, (0.5, 1.0, 2.0))])
+def test_kept_rankings_equal_a_search_from_scratch_in_both_modes(world, mix, weight):
     index, qs = world.retriever.index, world.qs
     qidx = torch.arange(0, len(qs), 2).repeat(3)[: len(qs) - 1]  # fewer episodes than queries, repeats
     runs = []
     for compact in (True, False):
-        env = ReformulationEnv(qs, index, 4, K, mix, expansion_weight=0.6, compact=compact)
+        env = ReformulationEnv(qs, index, 4, K, mix, expansion_weight=weight, compact=compact)
         runs.append(random_rollout(env, qidx, seed=1, check=exact_check(env, relevant_sets(qs, qidx), mix)))
     # the kernels and the tensor code: the same rankings at every step (exact_check), the same rewards up to the
     # rounding of the metric mix (fused multiply-add or not)

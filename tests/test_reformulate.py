@@ -133,7 +133,7 @@ def test_expansion_weighting_gives_each_added_term_its_weight(tmp_path, weightin
     env = make_env(cfg, ws, qs)
     qidx = torch.arange(len(qs))
     env.reset(qidx)
-    first = torch.where(qs.cand_valid[:, 0], 0, env.M)  # the first candidate, or STOP where there is none
+    first = torch.where(qs.cand_valid[:, 0], 0, env.stop)  # the first candidate, or STOP where there is none
     reward, _ = env.step(first)
     l0 = qs.terms.shape[1]
     added = qs.cand_valid[:, 0]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from adaptive_ir.candidates import QUERY_FEATURES
 from adaptive_ir.checkpoint import init_policy_path, load_checkpoint, read_policy
 from adaptive_ir.cli import main
 from adaptive_ir.config import config_to_dict, load_config
@@ -42,7 +43,12 @@ def test_checkpoint_records_spec_and_data_identity(trained):
     trainer, ckpt = trained
     s = load_checkpoint(ckpt)
     spec, data = s["spec"], s["data"]
-    assert spec["features"] == ["tfidf", "bm25_contrib", "rm3", "mean_score", "log_df", "fb_doc_fraction"]
+    assert spec["features"] == ["tfidf", "bm25_contrib", "rm3", "mean_score", "log_df", "fb_doc_fraction",
+                                "cooc_mean", "cooc_min", "cooc_cover", "fb_rank_weighted", "fb_score_weighted",
+                                "fb_df_ratio"]
+    assert spec["agent_features"] == [*spec["features"], *("z:" + f for f in spec["features"]), "chosen",
+                                      "step_fraction", "cos_q0", "cos_current", "rank"]
+    assert spec["levels"] == [1.0] and spec["rl_agent.ignore_features"] == []
     assert spec["candidate_mining.stem_variants"] is False and spec["embedding_dim"] == trainer.ws.embedder.dim
     assert spec["embedder"] == trainer.ws.embedder.identity and spec["rl_agent.hidden_dim"] == 32
     assert set(CONFIG_KEYS) <= spec.keys()
@@ -161,7 +167,9 @@ def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
             spec = policy["spec"]
             assert all(spec[k] == v for k, v in _config_keys(cfg).items())
             assert spec["features"] == [*cfg.candidate_mining.methods, "mean_score", "log_df", "fb_doc_fraction",
-                                        *(["stem_variant"] if cfg.candidate_mining.stem_variants else [])]
+                                        *(["stem_variant"] if cfg.candidate_mining.stem_variants else []),
+                                        *QUERY_FEATURES]
+            assert spec["levels"] == list(cfg.retrieval.levels)
             assert spec["embedder"]["provider"] == "sentence-transformers" and spec["embedding_dim"] == 384
             assert policy["config"]["system"]["seed"] == seed and len(digest) == 64
     for folder in SHIPPED_DIR.iterdir():  # a few hundred kB each
