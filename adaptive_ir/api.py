@@ -5,6 +5,7 @@
     result.best_checkpoint, result.test["agent"]["R@40"]
     adaptive_ir.evaluate(result.best_checkpoint, split="dev")      # the config stored in the checkpoint
     adaptive_ir.api.export(result.best_checkpoint, "my-policy")    # safetensors + spec + model card
+    adaptive_ir.evaluate_pretrained("nfcorpus-seed-1", "path/to/beir-folder")   # a shipped policy, no training
 
 Overrides are config keys, ``section.key`` (in a dict: ``**{"training.num_epochs": 2}``) or ``section__key``
 (``training__num_epochs=2``), with the values ``--set`` takes.
@@ -106,12 +107,27 @@ def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config |
     return evaluate_config(cfg, checkpoint, split, baselines, oracle, run_dir, progress)[0]
 
 
+def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, split: str = "test",
+                        baselines: bool = True, run_dir: str | Path | None = None, progress: bool = False,
+                        **overrides: Any) -> dict[str, dict[str, float]]:
+    """{method: {metric: value}} of a trained policy applied as it is to a collection (``data_dir``, a BEIR folder;
+    None: the embedded one), as ``adaptive-ir evaluate --policy`` computes it: ``policy`` is a shipped policy's name
+    (``adaptive_ir/policies``), an exported policy folder or a checkpoint; its own config indexes, mines and embeds
+    the collection (cached under ``runs/pretrained/<collection>``)."""
+    from .checkpoint import pretrained_config
+
+    cfg, path, _ = pretrained_config(policy, data_dir, _overrides(overrides))
+    return evaluate_config(cfg, None, split, baselines, False, run_dir, progress, policy=path)[0]
+
+
 def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, baselines: bool, oracle: bool,
-                    run_dir: str | Path | None, progress: bool) -> tuple[dict, str, str | None]:
-    """(results, collection name, where the checkpoint came from) of one evaluation; shared by the CLI."""
+                    run_dir: str | Path | None, progress: bool, policy: str | Path | None = None
+                    ) -> tuple[dict, str, str | None]:
+    """(results, collection name, where the checkpoint came from) of one evaluation; shared by the CLI. ``policy``
+    instead of ``checkpoint``: a policy applied to another collection (checked by its spec, not its data)."""
     import torch
 
-    from .checkpoint import build_agent, describe_origin, load_compatible
+    from .checkpoint import agent_from_policy, build_agent, describe_origin, load_compatible, read_policy
     from .config import resolve_device
     from .methods import evaluate_split
     from .ppo import AmpContext
@@ -126,6 +142,11 @@ def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, base
         origin = describe_origin(checkpoint, state)
         agent = build_agent(cfg, ws, device)
         agent.core.load_state_dict(state["model"])
+        amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
+    elif policy is not None:
+        state, _ = read_policy(policy)
+        origin = describe_origin(policy, state)
+        agent = agent_from_policy(policy, state, cfg, ws, device)
         amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
     results = evaluate_split(cfg, ws, agent, amp, split, baselines=baselines or agent is None,
                              run_dir=Path(run_dir) if run_dir else None, oracle=oracle)
@@ -149,4 +170,4 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     return export_policy(state, spec, data, folder, str(checkpoint))
 
 
-__all__ = ["train", "evaluate", "export", "TrainResult"]
+__all__ = ["train", "evaluate", "evaluate_pretrained", "export", "TrainResult"]

@@ -77,6 +77,47 @@ def init_policy_path(cfg: Config) -> Path:
     return path
 
 
+def policy_path(value: str | Path) -> Path:
+    """A policy named on the command line: a checkpoint, an exported policy folder, or the name of a shipped one."""
+    path = Path(value)
+    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / str(value) / SPEC).is_file():
+        return SHIPPED_DIR / str(value)
+    if not path.exists():
+        raise CheckpointError(f"policy {value}: no such checkpoint or exported policy folder, and no shipped policy "
+                              f"has that name (shipped: {', '.join(shipped_policies()) or 'none'})")
+    return path
+
+
+def pretrained_config(policy: str | Path, data_dir: str | None = None,
+                      overrides: dict[str, object] | None = None) -> tuple[Config, Path, dict]:
+    """(config, path, policy) to apply a trained policy to a collection it may never have seen: the policy's own
+    config (index, miner, embedder, network: what its weights mean), its data section replaced by ``data_dir``
+    (a BEIR folder; None: the embedded default collection), caches under ``runs/pretrained/<collection>``, then
+    ``overrides`` (``--set``). The collection is indexed, mined and embedded on first use, and cached."""
+    from .config import _build, _Origins
+
+    path = policy_path(policy)
+    state, _ = read_policy(path)
+    raw = json.loads(json.dumps(state["config"]))  # a copy
+    raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir}
+    raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
+                           init_from=None, log_dir=None, checkpoint_dir=None)
+    raw["embeddings"]["cache_dir"] = None
+    cfg = _build(raw, _Origins(f"policy {path}", {}), overrides or {}, warn=False)
+    return cfg, path, state
+
+
+def agent_from_policy(path: str | Path, state: dict, cfg: Config, ws: Workspace, device: torch.device) -> Agent:
+    """The agent of a policy (checkpoint or export), checked to fit ``cfg`` over ``ws`` by its spec only: a policy
+    may move between collections (``spec.py``)."""
+    check_fits(f"policy {path}", state, policy_spec(cfg, ws), None,
+               "the policy's own config sets them (adaptive-ir evaluate --policy uses it): drop those --set flags")
+    agent = build_agent(cfg, ws, device)
+    agent.core.load_state_dict(state["model"])
+    agent.eval()
+    return agent
+
+
 def require_init_policy(cfg: Config) -> Path:
     """The training.init_from path, or CheckpointError when there is none (checked before any precompute)."""
     path = init_policy_path(cfg)

@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="evaluate BM25 / RM3 baselines and optionally a trained agent")
     _common(e)
     e.add_argument("--checkpoint", help="also evaluate this agent checkpoint")
+    e.add_argument("--policy", help="evaluate a trained policy on a collection it may never have seen, with no "
+                   "training: a shipped policy's name (nfcorpus-seed-1, ...), an exported policy folder or a "
+                   "checkpoint; its own config indexes, mines and embeds the --data-dir collection (a BEIR folder; "
+                   "none: the embedded one), cached under runs/pretrained/<collection>")
+    e.set_defaults(config=None)
     e.add_argument("--baselines", action="store_true", help="include BM25 and RM3")
     e.add_argument("--oracle", action="store_true",
                    help="include the qrels oracle (greedy best-term selection over the same candidates)")
@@ -78,8 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reformulate", help="rewrite queries with a trained agent")
     r.add_argument("queries", nargs="+", help="query texts")
-    r.add_argument("--checkpoint", required=True)
-    r.add_argument("--data-dir", help="collection folder, if it moved since training")
+    which = r.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help="a trained checkpoint (over the collection it was trained on)")
+    which.add_argument("--policy", help="a shipped policy's name, an exported policy folder or a checkpoint, "
+                       "applied to the --data-dir collection (a BEIR folder; none: the embedded one)")
+    r.add_argument("--data-dir", help="collection folder: with --checkpoint, if it moved since training")
     r.add_argument("--device", default="auto")
     r.add_argument("--top-docs", type=int, default=10)
     r.add_argument("--format", choices=("text", "json", "lucene"), default="text",
@@ -234,13 +242,23 @@ def _start_run(cfg, args):
 
 def cmd_evaluate(args) -> int:
     from .api import evaluate_config
+    from .checkpoint import pretrained_config
     from .config import load_config
+    from .errors import ConfigError
     from .evaluate import format_table
     from .io import atomic_write_bytes, atomic_write_json
 
-    cfg = load_config(args.config, _overrides(args))
+    policy = None
+    if args.policy is not None:
+        if args.checkpoint is not None or args.config is not None:
+            raise ConfigError(f"--policy {args.policy}: goes alone (its own config says how to index, mine and embed "
+                              "the collection); drop --checkpoint / --config, and use --set to change a setting")
+        overrides = _overrides(args)
+        cfg, policy, _ = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
+    else:
+        cfg = load_config(args.config or "quickstart", _overrides(args))
     results, name, origin = evaluate_config(cfg, args.checkpoint, args.split, args.baselines, args.oracle,
-                                            args.run_dir, not args.no_progress)
+                                            args.run_dir, not args.no_progress, policy=policy)
     if origin:
         print(origin, flush=True)
     table = format_table(results, f"{name} / {args.split}")
@@ -279,7 +297,8 @@ def cmd_reformulate(args) -> int:
     from .reformulate import Reformulator
 
     fmt = "json" if args.json else args.format
-    ref = Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir)
+    ref = (Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir) if args.checkpoint else
+           Reformulator.from_pretrained(args.policy, args.data_dir, device=args.device))
     # stdout stays pure JSON / queries with --format json / lucene: the checkpoint's origin then goes to stderr
     print(ref.origin, file=sys.stderr if fmt != "text" else sys.stdout, flush=True)
     results = ref.reformulate(args.queries, top_docs=args.top_docs)
@@ -309,6 +328,7 @@ def cmd_export(args) -> int:
 
 def cmd_oracle(args) -> int:
     args.checkpoint, args.baselines, args.oracle, args.markdown, args.run_dir = None, True, True, None, None
+    args.policy = None
     return cmd_evaluate(args)
 
 

@@ -86,6 +86,25 @@ class Reformulator:
         cfg, ws, agent, amp, state = load_for_inference(checkpoint, device, data_dir)
         return cls(cfg, ws, agent, amp, describe_origin(checkpoint, state))
 
+    @classmethod
+    def from_pretrained(cls, policy: str | Path, data_dir: str | None = None, device: str = "auto",
+                        progress: bool = False, **overrides) -> "Reformulator":
+        """A trained policy (a shipped policy's name, an exported folder or a checkpoint) over a collection it may
+        never have seen: ``data_dir`` a BEIR folder (None: the embedded collection), indexed and embedded on first
+        use with the policy's own settings and cached under ``runs/pretrained/<collection>``."""
+        import torch
+
+        from .checkpoint import agent_from_policy, pretrained_config
+        from .config import resolve_device
+
+        cfg, path, state = pretrained_config(policy, data_dir, {k.replace("__", "."): v for k, v in overrides.items()})
+        cfg.system.device = device
+        dev = torch.device(resolve_device(device))
+        ws = Workspace(cfg, dev, progress=progress, splits=())
+        agent = agent_from_policy(path, state, cfg, ws, dev)
+        return cls(cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype),
+                   describe_origin(path, state))
+
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
         """For each query text: the rewritten query, the added terms, the rewrite as Lucene query syntax (the
         analyzed terms with their weights, ``lucene_query``) and the top documents (id, score)."""

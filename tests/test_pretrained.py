@@ -1,0 +1,77 @@
+"""A trained policy applied to a collection with no training: ``evaluate --policy``, ``reformulate --policy`` and
+``Reformulator.from_pretrained``, with a shipped policy on the embedded collection (which it never saw)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from adaptive_ir.api import evaluate_pretrained
+from adaptive_ir.cli import main
+from adaptive_ir.export import SHIPPED_DIR
+from adaptive_ir.reformulate import Reformulator
+
+from test_cli_errors import assert_clean_error, run_cli
+
+POLICY = "nfcorpus-seed-1"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One working directory for the module: the collection is indexed, mined and embedded once, then cached."""
+    return tmp_path_factory.mktemp("pretrained")
+
+
+def test_a_shipped_policy_evaluates_zero_shot_on_a_collection_it_never_saw(workdir, capsys, monkeypatch):
+    monkeypatch.chdir(workdir)
+    out = workdir / "scores.json"
+    assert main(["evaluate", "--policy", POLICY, "--split", "test", "--baselines", "--device", "cpu",
+                 "--no-progress", "--json", str(out), "--run-dir", "runs"]) == 0
+    printed = capsys.readouterr().out
+    assert f"exported policy {SHIPPED_DIR / POLICY}" in printed  # where the weights came from
+    results = json.loads(out.read_text())
+    assert {"bm25", "rm3", "agent"} <= results.keys()
+    # the policy rewrites: its ranked lists are not BM25's
+    assert (workdir / "runs" / "test.agent.trec").read_text() != (workdir / "runs" / "test.bm25.trec").read_text()
+    assert (workdir / "runs" / "pretrained" / "default" / "cache").is_dir()  # cached for the next call
+    # the Python API gives the same figures (greedy, deterministic), from the caches
+    again = evaluate_pretrained(POLICY, split="test", system__device="cpu")
+    assert again["agent"] == results["agent"]
+
+
+def test_reformulate_with_a_shipped_policy(workdir, capsys, monkeypatch):
+    monkeypatch.chdir(workdir)
+    ref = Reformulator.from_pretrained(POLICY, device="cpu")
+    assert ref.origin.startswith("exported policy")
+    queries = ["protein digestion in the small intestine", "graph algorithms"]
+    rows = ref.reformulate(queries, top_docs=3)
+    assert [r["query"] for r in rows] == queries
+    assert all(len(r["top_docs"]) == 3 for r in rows)
+    assert any(r["added_terms"] for r in rows)
+    assert main(["reformulate", "--policy", POLICY, "--device", "cpu", "--format", "lucene", *queries]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [r["lucene_query"] for r in rows]  # the same rewrites, one Lucene query per line
+    assert any("^0.5" in line for line in lines)  # the added terms' weight
+
+
+def test_a_policy_that_does_not_fit_is_refused_in_one_line(workdir, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(workdir)
+    rc, err = run_cli(capsys, "evaluate", "--policy", POLICY, "--device", "cpu", "--no-progress",
+                      "--set", "rl_agent.hidden_dim=32")
+    assert_clean_error(rc, err, f"policy {SHIPPED_DIR / POLICY}", "does not fit this setup",
+                       "rl_agent.hidden_dim: checkpoint 64 vs this setup 32")
+    # a policy of an older feature set (its spec edited to say so) is refused by name, not with a traceback
+    old = tmp_path / "old-policy"
+    shutil.copytree(SHIPPED_DIR / POLICY, old)
+    meta = json.loads((old / "policy.json").read_text())
+    meta["spec"]["features"] = meta["spec"]["features"][:7]
+    meta["spec"]["agent_features"] = 4
+    (old / "policy.json").write_text(json.dumps(meta))
+    rc, err = run_cli(capsys, "reformulate", "--policy", str(old), "--device", "cpu", "q")
+    assert_clean_error(rc, err, "does not fit this setup", "features: only this setup has [cooc_mean")
+    rc, err = run_cli(capsys, "evaluate", "--policy", "no-such-policy")
+    assert_clean_error(rc, err, "policy no-such-policy", "shipped: ", POLICY)
+    rc, err = run_cli(capsys, "evaluate", "--policy", POLICY, "--config", "quickstart")
+    assert_clean_error(rc, err, "--policy", "goes alone")
