@@ -279,7 +279,8 @@ class ReformulationEnv:
 
     def legal(self) -> torch.Tensor:
         """(B, M·L+1) legal actions: every weight of the unchosen valid candidates, and STOP (always legal)."""
-        cand = (self.qs.cand_valid[self.qidx] & ~self.chosen).repeat_interleave(self.L, dim=1)
+        cand = self.qs.cand_valid[self.qidx] & ~self.chosen
+        cand = cand.unsqueeze(-1).expand(-1, -1, self.L).reshape(cand.shape[0], -1)  # candidate-major
         return torch.cat([cand, torch.ones_like(cand[:, :1])], dim=1)
 
     def _decode(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -157,13 +157,13 @@ class Agent(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, M·L+1) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,).
         ``parallel``: through the update's wrapper (DataParallel / DDP) rather than the bare core."""
-        open_ = (ep.valid & ~chosen).repeat_interleave(self.levels, dim=1)
+        b, m = chosen.shape
+        open_ = (ep.valid & ~chosen).unsqueeze(-1).expand(-1, -1, self.levels).reshape(b, m * self.levels)
         legal = torch.cat([open_, torch.ones_like(ep.valid[:, :1])], dim=1)
         chosen_f = chosen.to(ep.cand.dtype)
         cur = ep.q0 + (chosen_f.unsqueeze(1) @ ep.cand).squeeze(1)
         cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
         frac = step * (1.0 / self.max_steps)
-        b, m = chosen.shape
         rank = torch.arange(m, device=chosen.device, dtype=ep.cand.dtype) * (1.0 / m)
         # query-candidate similarities as explicit features: cheap, and they spare the small scorer from
         # having to learn a bilinear interaction

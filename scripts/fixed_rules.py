@@ -2,8 +2,9 @@
 miner's order, each at weight w. Same candidates, same weights, no learning: with RM3 over the same feedback
 documents, the bar a trained policy has to clear.
 
-    python scripts/fixed_rules.py --config wikicar --data-dir <wikicar> --split dev --weights 0.25,0.5,1 --top-j 1,2,3,5
+    python scripts/fixed_rules.py --config wikicar --data-dir <wikicar> --split dev --top-j 1,2,3,5
 
+The weights default to the config's own (``retrieval.expansion_weights``: every weight an action may choose).
 Prints one JSON line per (w, j) with the split's metrics (those of `adaptive-ir evaluate --json`); j = 0 is BM25
 itself. With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`),
 each line adds the paired tests of the agent (its per-query value: the mean over the files) against that rule on
@@ -39,7 +40,8 @@ def main() -> None:
     p.add_argument("--config", required=True)
     p.add_argument("--data-dir", required=True)
     p.add_argument("--split", default="dev", help="default dev: a rule is chosen there, like any setting")
-    p.add_argument("--weights", default="0.25,0.5,1", help="expansion weights w, comma-separated")
+    p.add_argument("--weights", help="expansion weights w, comma-separated (default: the config's own, "
+                   "retrieval.expansion_weights or expansion_weight: the agent's action space)")
     p.add_argument("--top-j", default="0,1,2,3,5", help="numbers of candidates added, comma-separated")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--output-dir", help="the runs' folder whose caches to read (default: training.output_dir)")
@@ -60,7 +62,8 @@ def main() -> None:
         runs = [per_query(qrels, read_run(path), tested, qids) for path in args.against]
         agent = {str(m): np.mean([r[str(m)] for r in runs], axis=0) for m in tested}
     rows = []
-    for w in (float(x) for x in args.weights.split(",")):
+    levels = cfg.retrieval.levels if args.weights is None else [float(x) for x in args.weights.split(",")]
+    for w in levels:
         for j in (int(x) for x in args.top_j.split(",")):
             added = [[int(t) for t in row[:j] if t >= 0] for row in cands.terms]
             queries = [q + a for q, a in zip(terms, added)]

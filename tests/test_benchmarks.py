@@ -189,16 +189,17 @@ def test_fixed_rules_script_adds_the_first_candidates_and_j0_is_bm25(tmp_path):
     out, base = tmp_path / "rules.json", tmp_path / "base.json"
     common = ["--config", "quickstart", "--output-dir", str(tmp_path / "runs")]
     for cmd in ([sys.executable, str(ROOT / "scripts" / "fixed_rules.py"), *common, "--data-dir", "unused",
-                 "--weights", "0.5", "--top-j", "0,2", "--json", str(out)],
+                 "--set", "retrieval.expansion_weights=[0.5,2.0]", "--top-j", "0,2", "--json", str(out)],
                 [sys.executable, "-m", "adaptive_ir.cli", "evaluate", *common, "--split", "dev", "--baselines",
                  "--json", str(base)]):
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     rows, bm25 = json.loads(out.read_text()), json.loads(base.read_text())["bm25"]
-    assert [(r["w"], r["top_j"]) for r in rows] == [(0.5, 0), (0.5, 2)]
-    assert rows[0]["R@40"] == pytest.approx(bm25["R@40"], abs=1e-4)
+    # the weights default to the config's action space
+    assert [(r["w"], r["top_j"]) for r in rows] == [(0.5, 0), (0.5, 2), (2.0, 0), (2.0, 2)]
+    assert rows[0]["R@40"] == pytest.approx(bm25["R@40"], abs=1e-4) and rows[2]["R@40"] == rows[0]["R@40"]
     assert rows[0]["nDCG@10"] == pytest.approx(bm25["nDCG@10"], abs=1e-4)
-    assert rows[1]["R@40"] != rows[0]["R@40"]
+    assert rows[1]["R@40"] != rows[0]["R@40"] and rows[3]["R@40"] != rows[1]["R@40"]
 
 
 def test_fixed_rules_script_tests_the_agent_runs_against_each_rule(tmp_path):

@@ -472,3 +472,23 @@ def test_seed_reward_cache_and_dropout_are_reported_as_not_applied(caplog):
     with caplog.at_level(logging.WARNING):
         load_config("quickstart")  # dropout 0.0, no cache key: nothing to report
     assert "dropout" not in caplog.text and "search_cache_size" not in caplog.text
+
+
+def test_expansion_weights_are_the_action_space_and_may_not_repeat():
+    cfg = load_config("quickstart", {"retrieval.expansion_weights": "[0.5, 1, 2]"})
+    assert cfg.retrieval.levels == (0.5, 1.0, 2.0)
+    assert load_config("quickstart", {"retrieval.expansion_weight": "0.3"}).retrieval.levels == (0.3,)
+    with pytest.raises(ConfigError, match=r"retrieval.expansion_weights.*repeats a weight"):
+        load_config("quickstart", {"retrieval.expansion_weights": "[0.5, 0.5]"})
+    with pytest.raises(ConfigError, match="retrieval.expansion_weights"):
+        load_config("quickstart", {"retrieval.expansion_weights": "[0.5, -1]"})
+
+
+def test_unknown_ignored_feature_is_named_with_the_valid_ones(tmp_path):
+    from adaptive_ir.trainer import Trainer
+
+    from helpers import tiny_config
+
+    cfg = tiny_config(tmp_path, **{"rl_agent.ignore_features": "[cooc_mean, no_such_feature]"})
+    with pytest.raises(ConfigError, match=r"rl_agent.ignore_features: \['no_such_feature'\] not among.*z:cooc_mean"):
+        Trainer(cfg, progress=False)

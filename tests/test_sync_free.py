@@ -51,10 +51,13 @@ def test_detector_catches_the_sync_primitives():
 def agent_env_buffer(world, amp: AmpContext, compact: bool = False):
     torch.manual_seed(0)
     qs = world.qs
-    agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2, num_layers=0)
-    agent.core.init_stop_prior(qs.max_candidates)
+    # several expansion weights: the action decoding is on the path under test
+    agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2, num_layers=0,
+                  levels=3)
+    agent.core.init_stop_prior(3 * qs.max_candidates)
     agent.use_tables(world.tables)
-    env = ReformulationEnv(qs, world.retriever.index, 4, 40, {"recall": 0.7, "mrr": 0.3}, compact=compact)
+    env = ReformulationEnv(qs, world.retriever.index, 4, 40, {"recall": 0.7, "mrr": 0.3}, (0.5, 1.0, 2.0),
+                           compact=compact)
     buf = RolloutBuffer(4, 2 * len(qs), qs.max_candidates, "cpu")
     return agent, env, buf
 
