@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text (default); json; lucene: one weighted query per line in Lucene query syntax "
                         "(term^0.5), for Anserini / Pyserini / Elasticsearch")
     r.add_argument("--json", action="store_true", help="same as --format json")
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="with --policy: override a key of the policy's config (repeatable)")
     r.add_argument("--debug", action="store_true")
 
     x = sub.add_parser("export", help="write a checkpoint's policy as policy.safetensors + policy.json (its spec) "
@@ -297,8 +299,13 @@ def cmd_reformulate(args) -> int:
     from .reformulate import Reformulator
 
     fmt = "json" if args.json else args.format
+    if args.checkpoint and args.set:
+        from .errors import ConfigError
+        raise ConfigError("--set goes with --policy: a checkpoint is reformulated with the config it was trained with")
     ref = (Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir) if args.checkpoint else
-           Reformulator.from_pretrained(args.policy, args.data_dir, device=args.device))
+           Reformulator.from_pretrained(args.policy, args.data_dir, device=args.device,
+                                        **{k: v for k, v in _overrides(args).items()
+                                           if k not in ("data.data_dir", "system.device")}))
     # stdout stays pure JSON / queries with --format json / lucene: the checkpoint's origin then goes to stderr
     print(ref.origin, file=sys.stderr if fmt != "text" else sys.stdout, flush=True)
     results = ref.reformulate(args.queries, top_docs=args.top_docs)
