@@ -10,7 +10,7 @@ import types
 
 __version__ = "0.1.0"
 
-from .api import TrainResult, evaluate, train  # noqa: E402 - after __version__, which setuptools reads
+from .api import TrainResult, evaluate, evaluate_pretrained, train  # noqa: E402 - after __version__, which setuptools reads
 
 
 class _Package(types.ModuleType):
@@ -26,4 +26,4 @@ class _Package(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Package
 
-__all__ = ["train", "evaluate", "TrainResult", "__version__"]
+__all__ = ["train", "evaluate", "evaluate_pretrained", "TrainResult", "__version__"]
