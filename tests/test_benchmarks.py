@@ -221,3 +221,26 @@ def test_fixed_rules_script_tests_the_agent_runs_against_each_rule(tmp_path):
         assert same["agent_vs_rule"][m]["losses"] == same["agent_vs_rule"][m]["wins"] == 0
         assert other["agent_vs_rule"][m]["mean_b"] == pytest.approx(other[m], abs=1e-4)
     assert other["agent_vs_rule"]["R@40"]["delta"] != 0
+
+
+def test_paired_runs_script_tests_the_first_run_against_each_other(tmp_path):
+    # BM25 against itself ties on every query; against RM3 its mean is the one `evaluate` reports
+    from test_reliability import write_beir_from_default
+
+    folder = write_beir_from_default(tmp_path / "beir")
+    common = ["--config", "quickstart", "--data-dir", str(folder), "--output-dir", str(tmp_path / "runs")]
+    proc = subprocess.run([sys.executable, "-m", "adaptive_ir.cli", "evaluate", *common, "--split", "test",
+                           "--baselines", "--run-dir", str(tmp_path / "trec"), "--json", str(tmp_path / "m.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bm25, rm3 = tmp_path / "trec" / "test.bm25.trec", tmp_path / "trec" / "test.rm3.trec"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "paired_runs.py"), "--data-dir", str(folder),
+                           str(bm25), str(bm25), str(rm3)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    same, other = (json.loads(line) for line in proc.stdout.splitlines())
+    means = json.loads((tmp_path / "m.json").read_text())
+    for m in ("R@40", "nDCG@10"):
+        assert same[m]["delta"] == 0 and same[m]["wins"] == same[m]["losses"] == 0
+        assert other[m]["mean_a"] == pytest.approx(means["bm25"][m], abs=1e-9)
+        assert other[m]["mean_b"] == pytest.approx(means["rm3"][m], abs=1e-9)
+    assert other["R@40"]["delta"] != 0 and other["R@40"]["n"] == 80
