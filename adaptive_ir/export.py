@@ -50,19 +50,23 @@ def model_card(meta: dict) -> str:
     k = cfg["retrieval"]["reward_k"]
     weights = cfg["training"]["reward_weights"] or {cfg["retrieval"]["reward_metric"]: 1.0}
     reward = " + ".join(f"{w:g} × Δ{'Recall' if m == 'recall' else 'RR'}@{k}" for m, w in weights.items() if w)
+    levels = spec.get("levels") or [cfg["retrieval"]["expansion_weight"]]
+    weighting = (f"each at weight {levels[0]:g}" if len(levels) == 1
+                 else f"each at the weight it chooses among {', '.join(f'{w:g}' for w in levels)}")
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
 {spec['candidate_mining.max_candidates']} candidate terms mined from its feedback documents (Nogueira & Cho 2017),
-trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on `{name}` with the reward {reward}.
+{weighting} (the query's own words weigh 1), trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on `{name}` with the reward {reward}.
 
 - **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
   data's identity, the full training config), this card.
 - **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
   `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.
 - **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`.
-- **Use**: start a run from it with `--set training.init_from=<this folder>` (fine-tune it, or add
-  `--epochs 0` to use it as it is). The config must match the spec: adaptive-ir checks it and names any key
+- **Use**: on any collection, as it is: `adaptive-ir evaluate --policy <this folder> --data-dir <BEIR folder>
+  --baselines`, `adaptive-ir reformulate --policy <this folder> --data-dir <BEIR folder> "query"`; fine-tune it
+  with `--set training.init_from=<this folder>`. The config must match the spec: adaptive-ir checks it and names any key
   that differs. Its features are per-query normalised miner scores and the embeddings of the model in `embedder`,
   so it moves to other collections embedded by that model.
 - **Limits**: trained and selected on one collection; its effect elsewhere must be measured (`adaptive-ir

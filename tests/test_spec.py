@@ -155,7 +155,8 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
 
 @pytest.mark.parametrize("index", ["", "-anserini"])
 def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
-    assert set(shipped_policies()) == {f"nfcorpus{i}-seed-{s}" for i in ("", "-anserini") for s in (1, 2, 3, 42)}
+    assert set(shipped_policies()) == {f"nfcorpus{i}-seed-{s}" for i in ("", "-anserini") for s in (1, 2, 3, 42)
+                                       } | {"general"}
     for name in ("scifact", "cranfield", "cisi"):
         cfg = load_config(name + index)
         assert cfg.training.init_from == f"nfcorpus{index}-seed-{{seed}}"
