@@ -72,6 +72,14 @@ def evaluate_run(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
     return {name: float(v.mean()) if v.size else 0.0 for name, v in values.items()}
 
 
+def read_trec_run(path: str | Path) -> Run:
+    """A TREC run file as ``{qid: {docid: score}}``."""
+    run: Run = {}
+    for d in ir_measures.read_trec_run(str(path)):
+        run.setdefault(d.query_id, {})[d.doc_id] = d.score
+    return run
+
+
 def write_trec_run(path: str | Path, run: Run, tag: str) -> None:
     """TREC run format ``qid Q0 docid rank score tag``, written atomically."""
     lines = []

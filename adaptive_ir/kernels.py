@@ -146,6 +146,19 @@ def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk,
                 lane[indices[p]] = saved[p - indptr[t]]
 
 
+@njit(inline="always")
+def _holds(doc_terms: np.ndarray, lo: np.int64, hi: np.int64, t: np.int64) -> bool:
+    """Whether the ascending ``doc_terms[lo:hi]`` (e.g. one document's distinct terms, one query's relevant documents) holds term ``t``."""
+    end = hi
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if doc_terms[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < end and doc_terms[lo] == t
+
+
 @njit(nogil=True, cache=True)
 def topk_metric(topk, qidx, rel_indptr, rel_docs, recall_coef, mrr_weight, out):
     """``out[i]`` = recall_coef · (relevant documents in ranking i) + mrr_weight · (1 / rank of the first one), for
@@ -159,15 +172,7 @@ def topk_metric(topk, qidx, rel_indptr, rel_docs, recall_coef, mrr_weight, out):
             key = topk[i, j]
             if key < _POSITIVE:  # sorted: nothing retrieved after this
                 break
-            d = _LOW - (key & _LOW)
-            a, b = lo, hi
-            while a < b:
-                m = (a + b) >> 1
-                if rel_docs[m] < d:
-                    a = m + 1
-                else:
-                    b = m
-            if a < hi and rel_docs[a] == d:
+            if _holds(rel_docs, lo, hi, _LOW - (key & _LOW)):
                 hits += 1
                 if first == 0:
                     first = j + 1
@@ -175,19 +180,6 @@ def topk_metric(topk, qidx, rel_indptr, rel_docs, recall_coef, mrr_weight, out):
         if mrr_weight != 0 and first:
             v += np.float32(mrr_weight) * (np.float32(1.0) / np.float32(first))
         out[i] = v
-
-
-@njit(inline="always")
-def _holds(doc_terms: np.ndarray, lo: np.int64, hi: np.int64, t: np.int64) -> bool:
-    """Whether the ascending ``doc_terms[lo:hi]`` (one document's distinct terms) holds term ``t``."""
-    end = hi
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if doc_terms[mid] < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < end and doc_terms[lo] == t
 
 
 @njit(nogil=True, cache=True)

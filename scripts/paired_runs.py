@@ -18,17 +18,10 @@ from pathlib import Path
 import ir_measures
 
 from adaptive_ir.data import load_beir
-from adaptive_ir.evaluate import per_query
+from adaptive_ir.evaluate import per_query, read_trec_run
 from adaptive_ir.stats import paired
 
 MEASURES = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
-
-
-def read_run(path: str) -> dict[str, dict[str, float]]:
-    run: dict[str, dict[str, float]] = {}
-    for d in ir_measures.read_trec_run(path):
-        run.setdefault(d.query_id, {})[d.doc_id] = d.score
-    return run
 
 
 def main() -> None:
@@ -40,9 +33,9 @@ def main() -> None:
     if len(args.runs) < 2:
         p.error("give the run to test and at least one to test it against")
     qids, _, qrels = load_beir(args.data_dir, splits=(args.split,)).split(args.split)
-    first = per_query(qrels, read_run(args.runs[0]), MEASURES, qids)
+    first = per_query(qrels, read_trec_run(args.runs[0]), MEASURES, qids)
     for other_path in args.runs[1:]:
-        other = per_query(qrels, read_run(other_path), MEASURES, qids)
+        other = per_query(qrels, read_trec_run(other_path), MEASURES, qids)
         print(json.dumps({"a": Path(args.runs[0]).name, "b": Path(other_path).name, "split": args.split,
                           **{m: paired(m, first[m], other[m]).to_dict() for m in first}}), flush=True)
 
