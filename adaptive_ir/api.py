@@ -116,18 +116,19 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
     the collection (cached under ``runs/pretrained/<collection>``)."""
     from .checkpoint import pretrained_config
 
-    cfg, path, _ = pretrained_config(policy, data_dir, _overrides(overrides))
-    return evaluate_config(cfg, None, split, baselines, False, run_dir, progress, policy=path)[0]
+    cfg, path, state = pretrained_config(policy, data_dir, _overrides(overrides))
+    return evaluate_config(cfg, None, split, baselines, False, run_dir, progress, policy=(path, state))[0]
 
 
 def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, baselines: bool, oracle: bool,
-                    run_dir: str | Path | None, progress: bool, policy: str | Path | None = None
+                    run_dir: str | Path | None, progress: bool, policy: tuple[Path, dict] | None = None
                     ) -> tuple[dict, str, str | None]:
     """(results, collection name, where the checkpoint came from) of one evaluation; shared by the CLI. ``policy``
-    instead of ``checkpoint``: a policy applied to another collection (checked by its spec, not its data)."""
+    instead of ``checkpoint``: (path, policy) as ``checkpoint.pretrained_config`` read them, a policy applied to
+    another collection (checked by its spec, not its data)."""
     import torch
 
-    from .checkpoint import agent_from_policy, build_agent, describe_origin, load_compatible, read_policy
+    from .checkpoint import agent_from_policy, build_agent, describe_origin, load_compatible
     from .config import resolve_device
     from .methods import evaluate_split
     from .ppo import AmpContext
@@ -144,9 +145,9 @@ def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, base
         agent.core.load_state_dict(state["model"])
         amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
     elif policy is not None:
-        state, _ = read_policy(policy)
-        origin = describe_origin(policy, state)
-        agent = agent_from_policy(policy, state, cfg, ws, device)
+        path, state = policy
+        origin = describe_origin(path, state)
+        agent = agent_from_policy(path, state, cfg, ws, device)
         amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
     results = evaluate_split(cfg, ws, agent, amp, split, baselines=baselines or agent is None,
                              run_dir=Path(run_dir) if run_dir else None, oracle=oracle)

@@ -205,7 +205,7 @@ class CandidateMiner:
         num_docs = corpus.num_docs
         df = self.df[np.maximum(terms, 0)]
         ratio = np.log(np.maximum(fb_frac, 1.0 / k0) * num_docs / np.maximum(df, 1)) / np.log(max(num_docs, 2))
-        out[:, :, 5] = np.where(terms >= 0, ratio, 0.0)
+        out[:, :, QUERY_FEATURES.index("fb_df_ratio")] = np.where(terms >= 0, ratio, 0.0)
         return out
 
 

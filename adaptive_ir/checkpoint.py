@@ -70,18 +70,20 @@ def load_compatible(path: str | Path, cfg: Config, ws: Workspace) -> dict:
 def init_policy_path(cfg: Config) -> Path:
     """training.init_from with ``{seed}`` replaced by system.seed: a checkpoint, an exported policy folder, or, when
     no such path exists, the name of a policy shipped with the package (``adaptive_ir/policies/<name>``)."""
-    value = cfg.training.init_from.replace("{seed}", str(cfg.system.seed))
+    return resolve_policy(cfg.training.init_from.replace("{seed}", str(cfg.system.seed)))
+
+
+def resolve_policy(value: str | Path) -> Path:
+    """``value`` as a path, or, when no such path exists, the shipped policy of that name if there is one."""
     path = Path(value)
-    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / value / SPEC).is_file():
-        return SHIPPED_DIR / value
+    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / str(value) / SPEC).is_file():
+        return SHIPPED_DIR / str(value)
     return path
 
 
 def policy_path(value: str | Path) -> Path:
     """A policy named on the command line: a checkpoint, an exported policy folder, or the name of a shipped one."""
-    path = Path(value)
-    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / str(value) / SPEC).is_file():
-        return SHIPPED_DIR / str(value)
+    path = resolve_policy(value)
     if not path.exists():
         raise CheckpointError(f"policy {value}: no such checkpoint or exported policy folder, and no shipped policy "
                               f"has that name (shipped: {', '.join(shipped_policies()) or 'none'})")

@@ -256,7 +256,8 @@ def cmd_evaluate(args) -> int:
             raise ConfigError(f"--policy {args.policy}: goes alone (its own config says how to index, mine and embed "
                               "the collection); drop --checkpoint / --config, and use --set to change a setting")
         overrides = _overrides(args)
-        cfg, policy, _ = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
+        cfg, path, state = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
+        policy = (path, state)
     else:
         cfg = load_config(args.config or "quickstart", _overrides(args))
     results, name, origin = evaluate_config(cfg, args.checkpoint, args.split, args.baselines, args.oracle,

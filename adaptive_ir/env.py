@@ -123,6 +123,11 @@ class QuerySet:
         return self.cand_terms.shape[1]
 
 
+def per_action(cand: torch.Tensor, levels: int) -> torch.Tensor:
+    """(B, M) per-candidate values as (B, M·L), one per action but STOP, candidate-major (``ReformulationEnv``)."""
+    return cand.unsqueeze(-1).expand(-1, -1, levels).reshape(cand.shape[0], -1)
+
+
 # ---------------------------------------------------------------------------------------------- the reward
 class Judgements:
     """The qrels of a QuerySet as one sorted array of ``query position × num_docs + document`` keys (ragged: as
@@ -279,8 +284,7 @@ class ReformulationEnv:
 
     def legal(self) -> torch.Tensor:
         """(B, M·L+1) legal actions: every weight of the unchosen valid candidates, and STOP (always legal)."""
-        cand = self.qs.cand_valid[self.qidx] & ~self.chosen
-        cand = cand.unsqueeze(-1).expand(-1, -1, self.L).reshape(cand.shape[0], -1)  # candidate-major
+        cand = per_action(self.qs.cand_valid[self.qidx] & ~self.chosen, self.L)
         return torch.cat([cand, torch.ones_like(cand[:, :1])], dim=1)
 
     def _decode(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .env import QuerySet
+from .env import QuerySet, per_action
 
 EXTRA_FEATURES = ("chosen", "step_fraction", "cos_q0", "cos_current", "rank")
 """Features the agent adds to the miner's: chosen flag, step fraction, cosine to q0 and to the current query, and
@@ -158,7 +158,7 @@ class Agent(nn.Module):
         """Logits (B, M·L+1) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,).
         ``parallel``: through the update's wrapper (DataParallel / DDP) rather than the bare core."""
         b, m = chosen.shape
-        open_ = (ep.valid & ~chosen).unsqueeze(-1).expand(-1, -1, self.levels).reshape(b, m * self.levels)
+        open_ = per_action(ep.valid & ~chosen, self.levels)
         legal = torch.cat([open_, torch.ones_like(ep.valid[:, :1])], dim=1)
         chosen_f = chosen.to(ep.cand.dtype)
         cur = ep.q0 + (chosen_f.unsqueeze(1) @ ep.cand).squeeze(1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .env import ReformulationEnv
+from .env import ReformulationEnv, per_action
 from .hostsync import allowed_sync
 from .policy import Agent
 from .ppo import AmpContext
@@ -46,7 +46,7 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     likely term (STOP aside), and the expected and greedy first-step reward (STOP included)."""
     qs, device = env.qs, gains.device
     n = qidx.shape[0]
-    legal = torch.cat([qs.cand_valid[qidx].unsqueeze(-1).expand(-1, -1, env.L).reshape(n, -1),
+    legal = torch.cat([per_action(qs.cand_valid[qidx], env.L),
                        torch.ones_like(qidx[:, None], dtype=torch.bool)], 1)
     padded = torch.cat([gains, torch.zeros_like(gains[:, :1])], 1)  # STOP earns 0
     scale = gains[legal[:, :-1]].std().clamp(min=1e-6)
