@@ -23,6 +23,12 @@ normalised method scores, the mean, log-df / log-N, and the fraction of feedback
 * ``fb_df_ratio``   log(feedback document fraction / corpus document fraction) / log N (feedback-specific
   or common everywhere).
 
+With ``preview_levels`` (``candidate_mining.effect_preview``), an *effect preview* per candidate and weight, still
+without the answers: adding it to the query at that weight, how many documents enter the first ranking's top
+``preview_k`` (and its top 10), and how well the entering documents match the query alone (their score over the
+query's best); ``kernels.effect_preview``, the env's own incremental step per candidate (its postings, not the
+corpus).
+
 The co-occurrence features are one compiled pass (``kernels.feedback_cooc``) over the feedback documents' rows of
 the forward index, a binary search per (candidate, feedback document): the cost follows Q × M × K, never the corpus.
 
@@ -88,7 +94,8 @@ class CandidateMiner:
                  max_candidates: int = 50, min_candidates: int = 20, min_score: float = 0.1,
                  top_k_per_method: int = 30, num_workers: int = 2, chunk_size: int = 256,
                  stem_variants: bool = False, feedback: SemanticFeedback | None = None, progress: bool = False,
-                 first_k: int = 0):
+                 first_k: int = 0, preview_levels: tuple[float, ...] | None = None, preview_k: int = 40,
+                 preview_by_score: bool = False):
         unknown = set(methods) - set(METHODS)
         if unknown or not methods:
             raise ValueError(f"candidate methods must be a non-empty subset of {METHODS}, got {list(methods)}")
@@ -111,6 +118,13 @@ class CandidateMiner:
         if stem_variants:
             self.feature_names.append("stem_variant")
         self.feature_names += QUERY_FEATURES
+        self.preview_levels, self.preview_k, self.preview_by_score = preview_levels, preview_k, preview_by_score
+        """The weights the effect preview adds each candidate at (None: no preview), the depth of the ranking it
+        looks at, and whether a candidate's weight is also scaled by its mean score
+        (``retrieval.expansion_weighting: score``)."""
+        self._host_index = None
+        for w in preview_levels or ():
+            self.feature_names += [f"preview_enter_w{w:g}", f"preview_enter10_w{w:g}", f"preview_match_w{w:g}"]
         self.search_seconds = 0.0
         """Time spent in feedback searches by all ``mine`` calls (summed over the worker threads): the part of
         mining that grows with the corpus (the rest follows the feedback documents)."""
@@ -121,7 +135,9 @@ class CandidateMiner:
                 "top_k_per_method": self.top_k_per_method, "index": self.r.index.meta,
                 "stem_variants": self.stems is not None,
                 "feedback": None if self.feedback is None else [self.feedback.identity, self.feedback.depth],
-                "first_k": self.first_k, "v": 2}
+                "first_k": self.first_k,
+                "preview": None if self.preview_levels is None else [list(self.preview_levels), self.preview_k,
+                                                                      self.preview_by_score], "v": 2}
 
     def mine(self, query_terms: list[list[int]], query_vectors: np.ndarray | None = None) -> CandidateSet:
         """Candidate sets for every query, ``chunk_size`` queries at a time (one batched feedback search each).
@@ -136,6 +152,8 @@ class CandidateMiner:
         chunks = [(lo, min(q, lo + self.chunk_size)) for lo in range(0, q, self.chunk_size)]
 
         depth = self.top_k0 if self.feedback is None else max(self.top_k0, self.feedback.depth)
+        if self.preview_levels is not None:
+            depth = max(depth, self.preview_k)
 
         def mine_chunk(c):
             lo, hi = c
@@ -184,9 +202,38 @@ class CandidateMiner:
         terms, feats = select_candidates(query_terms, [scores[m].tocsr() for m in self.methods], fb_frac, self.log_df,
                                          self.stems, self.top_k_per_method, self.min_score, self.min_candidates,
                                          self.max_candidates)
-        return terms, np.concatenate([feats, self._query_features(query_terms, fb_idx, has_score, fb_scores, terms,
-                                                                  feats[:, :, self.feature_names.index(
-                                                                      "fb_doc_fraction")])], axis=2)
+        parts = [feats, self._query_features(query_terms, fb_idx, has_score, fb_scores, terms,
+                                             feats[:, :, self.feature_names.index("fb_doc_fraction")])]
+        if self.preview_levels is not None:
+            scale = feats[:, :, self.feature_names.index("mean_score")] if self.preview_by_score else None
+            parts.append(self._preview(query_terms, ranking, terms, scale))
+        return terms, np.concatenate(parts, axis=2)
+
+    def _preview(self, query_terms, ranking, terms, scale) -> np.ndarray:
+        """(Q, M, 3 · levels) float32: the effect preview (``kernels.effect_preview``) of each candidate at each
+        level (× ``scale`` (Q, M), the candidates' own weights, when given)."""
+        n, m = terms.shape
+        idx = self._index_arrays()
+        width = max(1, max((len(t) for t in query_terms), default=1))
+        q = np.full((n, width), idx[3], np.int64)
+        for i, t in enumerate(query_terms):
+            q[i, :len(t)] = t
+        levels = np.broadcast_to(np.asarray(self.preview_levels, np.float32), (n, m, len(self.preview_levels)))
+        if scale is not None:
+            levels = levels * scale[:, :, None]
+        first = np.ascontiguousarray(np.asarray(ranking)[:, :self.preview_k], np.int64)
+        out = np.zeros((n, m, 3 * len(self.preview_levels)), np.float32)
+        kernels.effect_preview(idx[0], idx[1], idx[2], self.r.index.num_docs, q, np.ones(q.shape, np.float32),
+                               first, terms, np.ascontiguousarray(levels, np.float32), out)
+        return out
+
+    def _index_arrays(self):
+        """(indptr, indices, impacts, pad id) of the index as host arrays (copied once when it lives on a GPU)."""
+        if self._host_index is None:
+            idx = self.r.index
+            self._host_index = (idx.indptr.cpu().numpy(), idx.indices.cpu().numpy(), idx.data.cpu().numpy(),
+                                idx.pad_id)
+        return self._host_index
 
     def _query_features(self, query_terms, fb_idx, has_score, fb_scores, terms, fb_frac) -> np.ndarray:
         """(Q, M, len(QUERY_FEATURES)) float32: the co-occurrence features and the feedback/corpus df ratio."""

@@ -155,6 +155,9 @@ class CandidateConfig:
     """BM25 documents re-ranked for semantic feedback."""
     reranker_path: str | None = None
     """Sentence-transformers model folder for semantic feedback; null = the packaged all-MiniLM-L6-v2."""
+    effect_preview: bool = False
+    """Add an effect preview per candidate and expansion weight to its features: how many documents adding it would
+    bring into the query's top reward_k and top 10, and how well those match the query alone (no qrels read)."""
     stem_variants: bool = False
     """Also offer every corpus word sharing a (Snowball) stem with a query word, flagged by a feature."""
     cache_enabled: bool = True

@@ -242,3 +242,81 @@ def feedback_cooc(doc_indptr, doc_terms, fb_idx, fb_weight, query_terms, cands, 
             out[q, m, 2] = covered / nterms
             out[q, m, 3] = rank_w / max(total_rank, 1e-12)
             out[q, m, 4] = score_w / max(total_score, 1e-12)
+
+
+@njit(nogil=True, cache=True)
+def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands, levels, out):
+    """What adding each candidate would do to its query's first ranking, without the answers. ``terms``,
+    ``weights`` (Q, L0): the queries (padding slots name a term with no postings); ``first`` (Q, k) the keys of
+    their top k (sorted, -1 padded); ``cands`` (Q, M) -1 padded; ``levels`` (Q, M, L) float32 the weight each
+    candidate would be added at. ``out[q, m, 3·l + i]``, adding candidate m at ``levels[q, m, l]``:
+    0. documents entering the top k, / k;
+    1. documents entering the top 10, / 10 (the head, where precision is made);
+    2. mean over the entering top-k documents of their score for the query alone / the query's best score (the
+       documents a term brings in that match the query well, or that match the new term only; 0 if none enter).
+    One score accumulator per query (its postings), then each candidate's postings per level: the env's own
+    incremental step (the old top k, moved up, merged with the touched documents), no lane kept."""
+    k = first.shape[1]
+    acc = np.zeros(num_docs, np.float32)
+    bits = acc.view(np.int32)
+    width = 0
+    for q in range(cands.shape[0]):
+        for m in range(cands.shape[1]):
+            t = cands[q, m]
+            if t >= 0:
+                width = max(width, indptr[t + 1] - indptr[t])
+    pool = np.empty(width + k, np.int64)
+    saved = np.empty(width, np.float32)
+    new = np.empty(k, np.int64)
+    for q in range(cands.shape[0]):
+        for j in range(terms.shape[1]):
+            t, w = terms[q, j], weights[q, j]
+            for p in range(indptr[t], indptr[t + 1]):
+                acc[indices[p]] += w * data[p]
+        kth = first[q, k - 1]
+        best = acc[_LOW - (first[q, 0] & _LOW)] if first[q, 0] >= 0 else np.float32(0.0)
+        for m in range(cands.shape[1]):
+            t = cands[q, m]
+            if t < 0:
+                continue
+            for lv in range(levels.shape[2]):
+                w = levels[q, m, lv]
+                n = 0
+                for p in range(indptr[t], indptr[t + 1]):
+                    d = np.int64(indices[p])
+                    saved[p - indptr[t]] = acc[d]
+                    acc[d] += w * data[p]
+                    key = _key(bits[d], d)
+                    if key > kth and acc[d] > 0:
+                        pool[n] = key
+                        n += 1
+                for j in range(k):
+                    if first[q, j] >= 0:
+                        d = _LOW - (first[q, j] & _LOW)
+                        pool[n] = _key(bits[d], d)
+                        n += 1
+                _best_distinct(pool[:n], k, new)
+                for p in range(indptr[t], indptr[t + 1]):
+                    acc[indices[p]] = saved[p - indptr[t]]
+                entered, head, match = 0, 0, 0.0
+                for i in range(k):
+                    if new[i] < 0:
+                        break
+                    d = _LOW - (new[i] & _LOW)
+                    was = False
+                    for j in range(k):
+                        if first[q, j] >= 0 and _LOW - (first[q, j] & _LOW) == d:
+                            was = True
+                            break
+                    if not was:
+                        entered += 1
+                        head += i < 10
+                        match += acc[d]
+                out[q, m, 3 * lv] = entered / k
+                out[q, m, 3 * lv + 1] = head / min(10, k)
+                if entered and best > 0:
+                    out[q, m, 3 * lv + 2] = match / entered / best
+        for j in range(terms.shape[1]):
+            t = terms[q, j]
+            for p in range(indptr[t], indptr[t + 1]):
+                acc[indices[p]] = np.float32(0.0)

@@ -71,7 +71,9 @@ class Workspace:
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
                                     stem_variants=cm.stem_variants, feedback=self.feedback, progress=progress,
-                                    first_k=rc.reward_k + 1)  # the env's starting rankings, the excluded doc too
+                                    first_k=rc.reward_k + 1,  # the env's starting rankings, the excluded doc too
+                                    preview_levels=rc.levels if cm.effect_preview else None, preview_k=rc.reward_k,
+                                    preview_by_score=rc.expansion_weighting == "score")
 
     def _semantic_feedback(self) -> SemanticFeedback:
         """The re-ranking model and every document's vector (encoded once into the cache, resumable, see

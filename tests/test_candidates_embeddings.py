@@ -93,6 +93,52 @@ def test_query_specific_features_equal_their_definitions(world):
     assert (spread.std(0) > 0).all()  # each feature tells candidates apart
 
 
+def test_effect_preview_equals_searching_each_expanded_query_from_scratch(world):
+    """preview_* of every candidate at each weight (one scaled by the candidate's mean score) equal the rankings of
+    q0 + w·candidate searched from scratch: documents entering the top k and top 10, their q0 score over q0's
+    best; the other features are those mined without the preview."""
+    from adaptive_ir.candidates import CandidateMiner
+
+    r, base = world.retriever, world.miner
+    terms = r.encode(world.texts) + [[]]  # the last query matches nothing: no candidates, no preview
+    k, levels = 20, (0.5, 2.0)
+    for by_score in (False, True):
+        miner = CandidateMiner(r, top_k0=base.top_k0, max_candidates=base.max_candidates,
+                               min_candidates=base.min_candidates, min_score=base.min_score,
+                               top_k_per_method=base.top_k_per_method, num_workers=1, preview_levels=levels,
+                               preview_k=k, preview_by_score=by_score)
+        cands = miner.mine(terms)
+        plain = len(base.feature_names)
+        assert miner.feature_names[:plain] == base.feature_names
+        assert np.array_equal(cands.terms[:-1], world.cands.terms)
+        np.testing.assert_array_equal(cands.features[:-1, :, :plain], world.cands.features)
+        assert (cands.features[-1] == 0).all()
+        checked, moved = 0, 0
+        for i, q in enumerate(terms[:12]):
+            old = r.search([q], k=k)[1][0].tolist()
+            q_scores = dict(zip(*reversed([a[0].tolist() for a in r.search([q], k=r.index.num_docs)])))
+            best = max(q_scores.values())
+            for m, t in enumerate(cands.terms[i]):
+                if t < 0:
+                    continue
+                for lv, w in enumerate(levels):
+                    w = np.float32(w) * (cands.features[i, m, miner.feature_names.index("mean_score")]
+                                         if by_score else 1)
+                    s, new = r.search([q + [int(t)]], [[1.0] * len(q) + [float(w)]], k=k)
+                    new = new[0][s[0] > 0].tolist()
+                    entered = [d for d in new if d not in old]
+                    head = [d for d in new[:10] if d not in old]
+                    match = np.mean([q_scores.get(d, 0.0) for d in entered]) / best if entered else 0.0
+                    name = f"_w{levels[lv]:g}"
+                    got = [cands.features[i, m, miner.feature_names.index(f"preview_{f}{name}")]
+                           for f in ("enter", "enter10", "match")]
+                    np.testing.assert_allclose(got, [len(entered) / k, len(head) / 10, match], rtol=1e-5, atol=1e-6)
+                    checked += 1
+                    moved += bool(entered)
+        assert checked > 300 and 0 < moved < checked  # some candidates change the ranking, some do not
+    assert "preview" in miner.config_key() and miner.config_key()["preview"] == [list(levels), k, True]
+
+
 def test_miner_keeps_each_querys_first_ranking_as_the_search_gives_it(world, tmp_path):
     # the env starts its episodes from these: they must be the query's own BM25 top k, key for key, in memory
     # and from the cache, and mining them must not change the candidates
