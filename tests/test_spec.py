@@ -57,7 +57,9 @@ def test_checkpoint_records_spec_and_data_identity(trained):
 
 
 @pytest.mark.parametrize("flag, named", [("candidate_mining.stem_variants=true", "candidate_mining.stem_variants"),
-                                         ("candidate_mining.methods=[tfidf,rm3]", "candidate_mining.methods")])
+                                         ("candidate_mining.methods=[tfidf,rm3]", "candidate_mining.methods"),
+                                         ("candidate_mining.effect_preview=true",
+                                          "only this setup has [preview_enter_w1, preview_enter10_w1, preview_match_w1]")])
 def test_evaluate_with_another_feature_set_exits_2_in_one_line(trained, capsys, flag, named):
     _, ckpt = trained
     rc, err = run_cli(capsys, "evaluate", "--config", "quickstart", "--checkpoint", str(ckpt), "--split", "dev",
