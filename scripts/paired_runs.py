@@ -6,7 +6,8 @@ reports for its own runs, for runs made elsewhere (e.g. `adaptive-ir evaluate --
 
 Prints one JSON line per other run: the first run against it on R@40 and nDCG@10 (mean difference, two-sided
 randomization and t-test p-values, wins/ties/losses over every query of the split; a query a run leaves out
-scores 0).
+scores 0). A comma-separated list of files counts as one run whose per-query value is their mean (the seeds of one
+agent, as `compare` tests them): `seed-1/dev.agent.trec,seed-2/dev.agent.trec,seed-3/dev.agent.trec`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 from pathlib import Path
 
 import ir_measures
+import numpy as np
 
 from adaptive_ir.data import load_beir
 from adaptive_ir.evaluate import per_query, read_trec_run
@@ -28,15 +30,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", required=True, help="the BEIR folder whose qrels judge the runs")
     p.add_argument("--split", default="test")
-    p.add_argument("runs", nargs="+", help="TREC run files: the first is tested against each of the others")
+    p.add_argument("runs", nargs="+", help="TREC run files (or comma-separated lists of them: their per-query "
+                   "mean): the first is tested against each of the others")
     args = p.parse_args()
     if len(args.runs) < 2:
         p.error("give the run to test and at least one to test it against")
     qids, _, qrels = load_beir(args.data_dir, splits=(args.split,)).split(args.split)
-    first = per_query(qrels, read_trec_run(args.runs[0]), MEASURES, qids)
-    for other_path in args.runs[1:]:
-        other = per_query(qrels, read_trec_run(other_path), MEASURES, qids)
-        print(json.dumps({"a": Path(args.runs[0]).name, "b": Path(other_path).name, "split": args.split,
+
+    def values(arg: str) -> dict[str, np.ndarray]:
+        runs = [per_query(qrels, read_trec_run(path), MEASURES, qids) for path in arg.split(",")]
+        return {m: np.mean([r[m] for r in runs], axis=0) for m in runs[0]}
+
+    def name(arg: str) -> str:
+        return ",".join(Path(path).name for path in arg.split(","))
+
+    first = values(args.runs[0])
+    for other_arg in args.runs[1:]:
+        other = values(other_arg)
+        print(json.dumps({"a": name(args.runs[0]), "b": name(other_arg), "split": args.split,
                           **{m: paired(m, first[m], other[m]).to_dict() for m in first}}), flush=True)
 
 

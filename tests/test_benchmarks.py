@@ -235,12 +235,16 @@ def test_paired_runs_script_tests_the_first_run_against_each_other(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     bm25, rm3 = tmp_path / "trec" / "test.bm25.trec", tmp_path / "trec" / "test.rm3.trec"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "paired_runs.py"), "--data-dir", str(folder),
-                           str(bm25), str(bm25), str(rm3)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           str(bm25), str(bm25), str(rm3), f"{bm25},{rm3}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    same, other = (json.loads(line) for line in proc.stdout.splitlines())
+    same, other, mean = (json.loads(line) for line in proc.stdout.splitlines())
     means = json.loads((tmp_path / "m.json").read_text())
     for m in ("R@40", "nDCG@10"):
         assert same[m]["delta"] == 0 and same[m]["wins"] == same[m]["losses"] == 0
         assert other[m]["mean_a"] == pytest.approx(means["bm25"][m], abs=1e-9)
         assert other[m]["mean_b"] == pytest.approx(means["rm3"][m], abs=1e-9)
+        # a comma-separated list is one run, its per-query mean (the seeds of one agent)
+        assert mean[m]["mean_b"] == pytest.approx((means["bm25"][m] + means["rm3"][m]) / 2, abs=1e-9)
+        assert mean[m]["delta"] == pytest.approx(other[m]["delta"] / 2, abs=1e-9)
     assert other["R@40"]["delta"] != 0 and other["R@40"]["n"] == 80
