@@ -53,6 +53,10 @@ def model_card(meta: dict) -> str:
     levels = spec.get("levels") or [cfg["retrieval"]["expansion_weight"]]
     weighting = (f"each at weight {levels[0]:g}" if len(levels) == 1
                  else f"each at the weight it chooses among {', '.join(f'{w:g}' for w in levels)}")
+    start = cfg["training"].get("init_from")
+    started = (f"\n- **Started from**: policy `{start}` (weights sha256 `{origin.get('init_from_sha256')}`), then trained on "
+               f"`{name}`: what it learnt there comes on top of what that policy learnt on its own data." if start else "")
+    limits = f"trained and selected on `{name}`" + (f", starting from `{start}`" if start else "")
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
@@ -62,14 +66,14 @@ A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_
 - **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
   data's identity, the full training config), this card.
 - **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
-  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.
+  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{started}
 - **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`.
 - **Use**: on any collection, as it is: `adaptive-ir evaluate --policy <this folder> --data-dir <BEIR folder>
   --baselines`, `adaptive-ir reformulate --policy <this folder> --data-dir <BEIR folder> "query"`; fine-tune it
   with `--set training.init_from=<this folder>`. The config must match the spec: adaptive-ir checks it and names any key
   that differs. Its features are per-query normalised miner scores and the embeddings of the model in `embedder`,
   so it moves to other collections embedded by that model.
-- **Limits**: trained and selected on one collection; its effect elsewhere must be measured (`adaptive-ir
+- **Limits**: {limits}; its effect elsewhere must be measured (`adaptive-ir
   compare`). It adds terms, it never removes or reweights the user's words.
 - **License**: MIT, as adaptive-ir.
 

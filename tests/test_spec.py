@@ -155,10 +155,18 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------ shipped policies
 
 
+def test_the_general_policies_share_one_spec_and_the_second_starts_from_the_first():
+    general, digest = read_policy(SHIPPED_DIR / "general")  # checksums verified
+    tuned, _ = read_policy(SHIPPED_DIR / "general-nfcorpus")
+    assert tuned["spec"] == general["spec"]
+    assert tuned["config"]["training"]["init_from"] == "general" and tuned["origin"]["init_from_sha256"] == digest
+    assert tuned["data"] != general["data"]  # WikiCAR, then NFCorpus
+
+
 @pytest.mark.parametrize("index", ["", "-anserini"])
 def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
     assert set(shipped_policies()) == {f"nfcorpus{i}-seed-{s}" for i in ("", "-anserini") for s in (1, 2, 3, 42)
-                                       } | {"general"}
+                                       } | {"general", "general-nfcorpus"}
     for name in ("scifact", "cranfield", "cisi"):
         cfg = load_config(name + index)
         assert cfg.training.init_from == f"nfcorpus{index}-seed-{{seed}}"
