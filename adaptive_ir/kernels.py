@@ -108,12 +108,42 @@ def lanes_fill(indptr, indices, data, lanes, terms, weights):
                 lane[indices[p]] += w * data[p]
 
 
+@njit(inline="always")
+def _step(lane, indptr, indices, data, t, w, exclude, old, out, pool, saved, undo):
+    """``lane`` (one query's scores over the corpus) adds term ``t`` × ``w``; ``out`` = the top-k keys of the new
+    scores: the old top k ``old`` (sorted, -1 padded; ``out`` may be ``old``), moved up, merged with the documents
+    the term touches (scores only rise, so nothing else can enter), never ``exclude``. With ``undo`` the lane is
+    restored afterwards (a trial: only ``out`` changes)."""
+    k = old.shape[0]
+    kth = old[k - 1]
+    bits = lane.view(np.int32)
+    n = 0
+    for p in range(indptr[t], indptr[t + 1]):
+        d = np.int64(indices[p])
+        if undo:
+            saved[p - indptr[t]] = lane[d]
+        s = lane[d] + w * data[p]
+        lane[d] = s
+        if s > 0 and d != exclude:
+            key = _key(bits[d], d)
+            if key > kth:  # below the old k-th it cannot enter (the old top k only rise)
+                pool[n] = key
+                n += 1
+    for j in range(k):
+        if old[j] >= 0:
+            d = _LOW - (old[j] & _LOW)
+            pool[n] = _key(bits[d], d)
+            n += 1
+    _best_distinct(pool[:n], k, out)
+    if undo:
+        for p in range(indptr[t], indptr[t + 1]):
+            lane[indices[p]] = saved[p - indptr[t]]
+
+
 @njit(nogil=True, cache=True)
 def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk, undo):
     """Episode ``rows[i]`` adds ``terms[i]`` × ``weights[i]`` to its lane and its top-k keys ``topk[i]`` (sorted,
-    -1 padded) become those of the new scores: the old top-k, moved up, merged with the documents the term
-    touches (scores only rise, so nothing else can enter). With ``undo`` the lane is restored afterwards (a
-    trial: only ``topk`` changes)."""
+    -1 padded) become those of the new scores (``_step``); with ``undo`` the lane is restored afterwards."""
     k = topk.shape[1]
     width = 0
     for i in range(rows.shape[0]):
@@ -121,29 +151,8 @@ def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk,
     pool = np.empty(width + k, np.int64)
     saved = np.empty(width if undo else 0, np.float32)
     for i in range(rows.shape[0]):
-        lane, t, w, kth = lanes[rows[i]], terms[i], weights[i], topk[i, k - 1]
-        bits = lane.view(np.int32)
-        n = 0
-        for p in range(indptr[t], indptr[t + 1]):
-            d = np.int64(indices[p])
-            if undo:
-                saved[p - indptr[t]] = lane[d]
-            s = lane[d] + w * data[p]
-            lane[d] = s
-            if s > 0 and d != exclude[i]:
-                key = _key(bits[d], d)
-                if key > kth:  # below the old k-th it cannot enter (the old top k only rise)
-                    pool[n] = key
-                    n += 1
-        for j in range(k):
-            if topk[i, j] >= 0:
-                d = _LOW - (topk[i, j] & _LOW)
-                pool[n] = _key(bits[d], d)
-                n += 1
-        _best_distinct(pool[:n], k, topk[i])
-        if undo:
-            for p in range(indptr[t], indptr[t + 1]):
-                lane[indices[p]] = saved[p - indptr[t]]
+        _step(lanes[rows[i]], indptr, indices, data, terms[i], weights[i], exclude[i], topk[i], topk[i], pool, saved,
+              undo)
 
 
 @njit(inline="always")
@@ -255,10 +264,9 @@ def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands
     2. mean over the entering top-k documents of their score for the query alone / the query's best score (the
        documents a term brings in that match the query well, or that match the new term only; 0 if none enter).
     One score accumulator per query (its postings), then each candidate's postings per level: the env's own
-    incremental step (the old top k, moved up, merged with the touched documents), no lane kept."""
+    incremental step (``_step``), undone after each."""
     k = first.shape[1]
     acc = np.zeros(num_docs, np.float32)
-    bits = acc.view(np.int32)
     width = 0
     for q in range(cands.shape[0]):
         for m in range(cands.shape[1]):
@@ -273,31 +281,13 @@ def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands
             t, w = terms[q, j], weights[q, j]
             for p in range(indptr[t], indptr[t + 1]):
                 acc[indices[p]] += w * data[p]
-        kth = first[q, k - 1]
         best = acc[_LOW - (first[q, 0] & _LOW)] if first[q, 0] >= 0 else np.float32(0.0)
         for m in range(cands.shape[1]):
             t = cands[q, m]
             if t < 0:
                 continue
             for lv in range(levels.shape[2]):
-                w = levels[q, m, lv]
-                n = 0
-                for p in range(indptr[t], indptr[t + 1]):
-                    d = np.int64(indices[p])
-                    saved[p - indptr[t]] = acc[d]
-                    acc[d] += w * data[p]
-                    key = _key(bits[d], d)
-                    if key > kth and acc[d] > 0:
-                        pool[n] = key
-                        n += 1
-                for j in range(k):
-                    if first[q, j] >= 0:
-                        d = _LOW - (first[q, j] & _LOW)
-                        pool[n] = _key(bits[d], d)
-                        n += 1
-                _best_distinct(pool[:n], k, new)
-                for p in range(indptr[t], indptr[t + 1]):
-                    acc[indices[p]] = saved[p - indptr[t]]
+                _step(acc, indptr, indices, data, t, levels[q, m, lv], -1, first[q], new, pool, saved, True)
                 entered, head, match = 0, 0, 0.0
                 for i in range(k):
                     if new[i] < 0:
