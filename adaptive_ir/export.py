@@ -34,11 +34,25 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
     meta = {"format": SPEC_FORMAT, "sha256": sha256(weights), "spec": spec, "data": data, "config": config,
             "origin": {"checkpoint": Path(source).name, "update": counters.get("update"),
                        "dev_selection": counters.get("best"), "run": state.get("run"),
-                       "init_from_sha256": state.get("init_from_sha256")}}
+                       "init_from_sha256": state.get("init_from_sha256"),
+                       "command": run_command(state.get("run"))}}
     atomic_write_bytes(folder / WEIGHTS, weights)
     atomic_write_json(folder / SPEC, meta)
     atomic_write_bytes(folder / CARD, model_card(meta).encode("utf-8"))
     return folder
+
+
+def run_command(run: dict | None) -> str | None:
+    """The command line that made the run, read from its folder's ``run.json`` while that folder still holds this
+    run (None otherwise): the program's own name, then its arguments."""
+    try:
+        record = json.loads((Path(run["dir"]) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    argv = record.get("command") or []
+    if record.get("id") != run.get("id") or not argv:
+        return None
+    return " ".join([Path(argv[0]).name, *argv[1:]])
 
 
 def model_card(meta: dict) -> str:
@@ -57,6 +71,8 @@ def model_card(meta: dict) -> str:
     started = (f"\n- **Started from**: policy `{start}` (weights sha256 `{origin.get('init_from_sha256')}`), then trained on "
                f"`{name}`: what it learnt there comes on top of what that policy learnt on its own data." if start else "")
     limits = f"trained and selected on `{name}`" + (f", starting from `{start}`" if start else "")
+    command = origin.get("command")
+    made = f"\n- **Command** (from the run's folder `{run.get('dir')}`): `{command}`" if command else ""
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
@@ -66,7 +82,7 @@ A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_
 - **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
   data's identity, the full training config), this card.
 - **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
-  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{started}
+  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{made}{started}
 - **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`.
 - **Use**: on any collection, as it is: `adaptive-ir evaluate --policy <this folder> --data-dir <BEIR folder>
   --baselines`, `adaptive-ir reformulate --policy <this folder> --data-dir <BEIR folder> "query"`; fine-tune it

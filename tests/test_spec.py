@@ -139,6 +139,7 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
     assert all(torch.equal(exported["model"][k], v) for k, v in state["model"].items())
     card = (folder / "README.md").read_text()
     assert digest in card and "training.init_from" in card and "MIT" in card
+    assert exported["origin"]["command"] is None and "**Command**" not in card  # a Trainer made in Python: no run
     # a run starts from the export: its weights, and the log names it with its sha256
     cfg = tiny_config(tmp_path / "from-export", **{"training.init_from": str(folder), "training.num_epochs": 0})
     run = Trainer(cfg, progress=False)
@@ -153,6 +154,16 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------ shipped policies
+
+
+def test_a_card_names_the_command_of_the_run_while_its_folder_still_holds_that_run(tmp_path):
+    from adaptive_ir.export import run_command
+
+    argv = ["/usr/bin/adaptive-ir", "train", "--config", "wikicar", "--seed", "1"]
+    (tmp_path / "run.json").write_text(json.dumps({"id": "r1", "command": argv}))
+    assert run_command({"id": "r1", "dir": str(tmp_path)}) == "adaptive-ir train --config wikicar --seed 1"
+    assert run_command({"id": "r2", "dir": str(tmp_path)}) is None  # the folder now holds another run
+    assert run_command({"id": "r1", "dir": str(tmp_path / "gone")}) is None and run_command(None) is None
 
 
 def test_the_general_policies_share_one_spec_and_the_second_starts_from_the_first():
