@@ -80,6 +80,14 @@ def read_trec_run(path: str | Path) -> Run:
     return run
 
 
+def mean_per_query(qrels: dict[str, dict[str, int]], paths: list[str | Path], measures=MEASURES,
+                   qids: list[str] | None = None) -> dict[str, np.ndarray]:
+    """``per_query`` of each TREC run file in ``paths``, averaged per query: one agent's seeds, tested as one run
+    (as ``compare`` tests them)."""
+    runs = [per_query(qrels, read_trec_run(path), measures, qids) for path in paths]
+    return {m: np.mean([r[m] for r in runs], axis=0) for m in runs[0]}
+
+
 def write_trec_run(path: str | Path, run: Run, tag: str) -> None:
     """TREC run format ``qid Q0 docid rank score tag``, written atomically."""
     lines = []

@@ -18,12 +18,11 @@ import argparse
 import json
 
 import ir_measures
-import numpy as np
 import torch
 
 from adaptive_ir.cli import _overrides
 from adaptive_ir.config import load_config
-from adaptive_ir.evaluate import drop_excluded, evaluate_run, per_query, read_trec_run, to_run
+from adaptive_ir.evaluate import drop_excluded, evaluate_run, mean_per_query, per_query, to_run
 from adaptive_ir.stats import paired
 from adaptive_ir.workspace import Workspace
 
@@ -52,8 +51,7 @@ def main() -> None:
     tested = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
     agent = None
     if args.against:  # per query, the mean over the seeds' runs
-        runs = [per_query(qrels, read_trec_run(path), tested, qids) for path in args.against]
-        agent = {str(m): np.mean([r[str(m)] for r in runs], axis=0) for m in tested}
+        agent = mean_per_query(qrels, args.against, tested, qids)
     rows = []
     levels = cfg.retrieval.levels if args.weights is None else [float(x) for x in args.weights.split(",")]
     for w in levels:

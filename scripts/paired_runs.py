@@ -17,10 +17,9 @@ import json
 from pathlib import Path
 
 import ir_measures
-import numpy as np
 
 from adaptive_ir.data import load_beir
-from adaptive_ir.evaluate import per_query, read_trec_run
+from adaptive_ir.evaluate import mean_per_query
 from adaptive_ir.stats import paired
 
 MEASURES = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
@@ -37,9 +36,8 @@ def main() -> None:
         p.error("give the run to test and at least one to test it against")
     qids, _, qrels = load_beir(args.data_dir, splits=(args.split,)).split(args.split)
 
-    def values(arg: str) -> dict[str, np.ndarray]:
-        runs = [per_query(qrels, read_trec_run(path), MEASURES, qids) for path in arg.split(",")]
-        return {m: np.mean([r[m] for r in runs], axis=0) for m in runs[0]}
+    def values(arg: str):
+        return mean_per_query(qrels, arg.split(","), MEASURES, qids)
 
     def name(arg: str) -> str:
         return ",".join(Path(path).name for path in arg.split(","))
