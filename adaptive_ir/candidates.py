@@ -213,26 +213,22 @@ class CandidateMiner:
         """(Q, M, 3 · levels) float32: the effect preview (``kernels.effect_preview``) of each candidate at each
         level (× ``scale`` (Q, M), the candidates' own weights, when given)."""
         n, m = terms.shape
-        idx = self._index_arrays()
-        width = max(1, max((len(t) for t in query_terms), default=1))
-        q = np.full((n, width), idx[3], np.int64)
-        for i, t in enumerate(query_terms):
-            q[i, :len(t)] = t
+        ids, weights = (t.cpu().numpy() for t in self.r.index.pad(query_terms))
         levels = np.broadcast_to(np.asarray(self.preview_levels, np.float32), (n, m, len(self.preview_levels)))
         if scale is not None:
             levels = levels * scale[:, :, None]
         first = np.ascontiguousarray(np.asarray(ranking)[:, :self.preview_k], np.int64)
         out = np.zeros((n, m, 3 * len(self.preview_levels)), np.float32)
-        kernels.effect_preview(idx[0], idx[1], idx[2], self.r.index.num_docs, q, np.ones(q.shape, np.float32),
-                               first, terms, np.ascontiguousarray(levels, np.float32), out)
+        indptr, indices, data = self._index_arrays()
+        kernels.effect_preview(indptr, indices, data, self.r.index.num_docs, ids, weights, first, terms,
+                               np.ascontiguousarray(levels, np.float32), out)
         return out
 
     def _index_arrays(self):
-        """(indptr, indices, impacts, pad id) of the index as host arrays (copied once when it lives on a GPU)."""
+        """(indptr, indices, impacts) of the index as host arrays (copied once when it lives on a GPU)."""
         if self._host_index is None:
             idx = self.r.index
-            self._host_index = (idx.indptr.cpu().numpy(), idx.indices.cpu().numpy(), idx.data.cpu().numpy(),
-                                idx.pad_id)
+            self._host_index = (idx.indptr.cpu().numpy(), idx.indices.cpu().numpy(), idx.data.cpu().numpy())
         return self._host_index
 
     def _query_features(self, query_terms, fb_idx, has_score, fb_scores, terms, fb_frac) -> np.ndarray:

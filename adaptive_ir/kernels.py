@@ -263,10 +263,13 @@ def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands
     1. documents entering the top 10, / 10 (the head, where precision is made);
     2. mean over the entering top-k documents of their score for the query alone / the query's best score (the
        documents a term brings in that match the query well, or that match the new term only; 0 if none enter).
-    One score accumulator per query (its postings), then each candidate's postings per level: the env's own
+    The query's scores in one lane (``lanes_fill``), then each candidate's postings per level: the env's own
     incremental step (``_step``), undone after each."""
     k = first.shape[1]
-    acc = np.zeros(num_docs, np.float32)
+    lanes = np.zeros((1, num_docs), np.float32)
+    acc = lanes[0]
+    bits = acc.view(np.int32)
+    row = np.zeros(1, np.int64)
     width = 0
     for q in range(cands.shape[0]):
         for m in range(cands.shape[1]):
@@ -277,11 +280,9 @@ def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands
     saved = np.empty(width, np.float32)
     new = np.empty(k, np.int64)
     for q in range(cands.shape[0]):
-        for j in range(terms.shape[1]):
-            t, w = terms[q, j], weights[q, j]
-            for p in range(indptr[t], indptr[t + 1]):
-                acc[indices[p]] += w * data[p]
+        lanes_fill(indptr, indices, data, lanes, terms[q:q + 1], weights[q:q + 1])
         best = acc[_LOW - (first[q, 0] & _LOW)] if first[q, 0] >= 0 else np.float32(0.0)
+        kth = first[q, k - 1]
         for m in range(cands.shape[1]):
             t = cands[q, m]
             if t < 0:
@@ -293,20 +294,15 @@ def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands
                     if new[i] < 0:
                         break
                     d = _LOW - (new[i] & _LOW)
-                    was = False
-                    for j in range(k):
-                        if first[q, j] >= 0 and _LOW - (first[q, j] & _LOW) == d:
-                            was = True
-                            break
-                    if not was:
-                        entered += 1
-                        head += i < 10
-                        match += acc[d]
+                    # the lane holds the query's own scores again: a document was in its top k iff it scored and
+                    # its key reaches the old k-th (a ranking of fewer than k holds every document that scored)
+                    if acc[d] > 0 and _key(bits[d], d) >= kth:
+                        continue
+                    entered += 1
+                    head += i < 10
+                    match += acc[d]
                 out[q, m, 3 * lv] = entered / k
                 out[q, m, 3 * lv + 1] = head / min(10, k)
                 if entered and best > 0:
                     out[q, m, 3 * lv + 2] = match / entered / best
-        for j in range(terms.shape[1]):
-            t = terms[q, j]
-            for p in range(indptr[t], indptr[t + 1]):
-                acc[indices[p]] = np.float32(0.0)
+        lanes_clear(indptr, indices, lanes, row, terms[q:q + 1])
