@@ -106,6 +106,14 @@ class DataConfig:
     """Drop the document whose title is the query from every ranked list (agent, BM25, RM3, oracle) before
     scoring, as Nogueira & Cho do (MS Academic queries are paper titles; the match ignores case and
     punctuation); None: on for msa, trec_car and jeopardy, off for the other types."""
+    also_train_on: list[str] = field(default_factory=list)
+    """Folders of more collections (read as dataset_type) whose train queries, all of them, join data_dir's in
+    training (max_train_queries caps data_dir's alone): each PPO update rolls out on one collection, drawn per
+    update. Dev evaluation, the checkpoint pick and test stay on data_dir. The policy's inputs must mean the same
+    on every collection, so not with LSA embeddings (fitted on one corpus)."""
+    also_train_share: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] | None = None
+    """Share of the updates rolled out on the also_train_on collections (split between them by their train-query
+    counts); None: each collection by its train-query count. num_epochs counts passes over every train query."""
 
 
 @dataclass
@@ -774,6 +782,16 @@ def _validate(cfg: Config, origins: _Origins) -> None:
         fail("system.device", f"{cfg.system.device!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
     # data_dir / ir_datasets_id / embeddings.path are checked where they are used (data, embeddings), whose
     # messages say where to get the files.
+
+    data = cfg.data
+    if data.also_train_on and data.dataset_type in ("default", "ir_datasets"):
+        fail("data.also_train_on", f"lists folders, which dataset_type {data.dataset_type!r} does not read; use "
+             "a folder format (beir, trec, msmarco, ...) for data_dir and every folder listed")
+    if data.also_train_on and cfg.embeddings.type == "lsa":
+        fail("data.also_train_on", "LSA embeddings are fitted on one corpus and mean something else on another; "
+             "set embeddings.type: sentence-transformers to train on several collections")
+    if data.also_train_share is not None and not data.also_train_on:
+        fail("data.also_train_share", "is set but data.also_train_on lists no collection")
 
     mining = cfg.candidate_mining
     if not mining.enabled:

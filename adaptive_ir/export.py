@@ -31,7 +31,8 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
     weights = save({k: v.detach().cpu().contiguous() for k, v in state["model"].items()},
                    metadata={"format": SPEC_FORMAT})
     counters, config = state.get("counters", {}), state["config"]
-    meta = {"format": SPEC_FORMAT, "sha256": sha256(weights), "spec": spec, "data": data, "config": config,
+    meta = {"format": SPEC_FORMAT, "sha256": sha256(weights), "spec": spec, "data": data,
+            "also_data": state.get("also_data", []), "config": config,
             "origin": {"checkpoint": Path(source).name, "update": counters.get("update"),
                        "dev_selection": counters.get("best"), "run": state.get("run"),
                        "init_from_sha256": state.get("init_from_sha256"),
@@ -59,6 +60,12 @@ def model_card(meta: dict) -> str:
     spec, data, origin, cfg = meta["spec"], meta["data"], meta["origin"], meta["config"]
     run = origin.get("run") or {}
     name = Path(cfg["data"].get("data_dir") or cfg["data"]["dataset_type"]).name
+    also = meta.get("also_data") or []
+    trained_on = f"`{name}`" + "".join(f" and `{a['name']}`" for a in also)
+    if also:
+        share = cfg["data"].get("also_train_share")
+        trained_on += (f" ({share:g} of the updates on the latter)" if share is not None
+                       else " (each by its number of train queries)")
     dev = origin.get("dev_selection")
     rows = "\n".join(f"| `{k}` | `{json.dumps(v)}` |" for k, v in spec.items() if k != "format")
     k = cfg["retrieval"]["reward_k"]
@@ -69,21 +76,22 @@ def model_card(meta: dict) -> str:
                  else f"each at the weight it chooses among {', '.join(f'{w:g}' for w in levels)}")
     start = cfg["training"].get("init_from")
     started = (f"\n- **Started from**: policy `{start}` (weights sha256 `{origin.get('init_from_sha256')}`), then trained on "
-               f"`{name}`: what it learnt there comes on top of what that policy learnt on its own data." if start else "")
-    limits = f"trained and selected on `{name}`" + (f", starting from `{start}`" if start else "")
+               f"{trained_on}: what it learnt there comes on top of what that policy learnt on its own data." if start else "")
+    limits = f"trained on {trained_on}, selected on `{name}`" + (f", starting from `{start}`" if start else "")
     command = origin.get("command")
+    also_ids = "".join(f"; `{a['name']}`: corpus sha256 `{a.get('corpus_sha256')}`" for a in also)
     made = f"\n- **Command** (from the run's folder `{run.get('dir')}`): `{command}`" if command else ""
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
 {spec['candidate_mining.max_candidates']} candidate terms mined from its feedback documents (Nogueira & Cho 2017),
-{weighting} (the query's own words weigh 1), trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on `{name}` with the reward {reward}.
+{weighting} (the query's own words weigh 1), trained by [adaptive-ir](https://pypi.org/project/adaptive-ir/) on {trained_on} with the reward {reward}.
 
 - **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
   data's identity, the full training config), this card.
 - **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
   `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{made}{started}
-- **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`.
+- **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`{also_ids}.
 - **Use**: on any collection, as it is: `adaptive-ir evaluate --policy <this folder> --data-dir <BEIR folder>
   --baselines`, `adaptive-ir reformulate --policy <this folder> --data-dir <BEIR folder> "query"`; fine-tune it
   with `--set training.init_from=<this folder>`. The config must match the spec: adaptive-ir checks it and names any key

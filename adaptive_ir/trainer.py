@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import dataclasses
 import math
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import ir_measures
@@ -17,6 +19,7 @@ from .buffer import RolloutBuffer, compute_gae
 from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
                          load_policy_from, require_init_policy, save_checkpoint)
 from .config import Config, config_to_dict, resolve_device
+from .env import QuerySet, ReformulationEnv
 from .errors import AdaptiveIRError
 from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
 from .hostsync import allowed_sync
@@ -30,7 +33,7 @@ from .rollout import collect
 from .spec import data_identity, policy_spec
 from .warmstart import first_step_gains, warm_start
 from .telemetry import GPUTelemetry
-from .workspace import Workspace, seed_everything
+from .workspace import Tables, Workspace, seed_everything
 
 log = logging.getLogger(__name__)
 GPU_SAMPLE_INTERVAL_S = 5.0
@@ -96,6 +99,23 @@ class EpochSampler:
         self.gen.set_state(s["generator"])
 
 
+@dataclass
+class TrainSource:
+    """One collection's train queries as the rollout sees them (data_dir's, or one of data.also_train_on's)."""
+
+    name: str
+    data: dict[str, str]
+    """The identity of its collection (``spec.data_identity``)."""
+    qs: QuerySet
+    tables: Tables
+    env: ReformulationEnv
+    shard: torch.Tensor
+    """This rank's stride of the query positions (DDP: each rank walks its own)."""
+    sampler: EpochSampler
+    buf: RolloutBuffer
+    """Shaped for this query set's candidates."""
+
+
 def selection_metric(cfg: Config) -> dict[str, float]:
     """The dev metric that picks the best checkpoint: the reward's own mix, as ir-measures names it."""
     k = cfg.retrieval.reward_k
@@ -113,7 +133,7 @@ class Trainer:
         self.run = run  # the identity of the run (RunDir.identity) its checkpoints record; None outside one
         self.is_main = self.rank == 0
         self.cfg, self.progress = cfg, progress and self.is_main
-        tc, ac = cfg.training, cfg.rl_agent
+        tc = cfg.training
         if not cfg.embeddings.freeze:
             log.warning("embeddings.freeze: false is not supported (the embedding tables are precomputed data "
                         "shared by train, dev and test); training with frozen embeddings")
@@ -146,26 +166,27 @@ class Trainer:
         self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
         self.episodes_per_round = tc.collect_batch_size
         self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
-        n_train = len(self.train_qs)
-        # DDP: each rank walks its own stride of the train queries, so an update sees world × the episodes
-        self.shard = torch.arange(self.rank, n_train, self.world)
-        if len(self.shard) == 0:
-            raise AdaptiveIRError(f"{n_train} train queries cannot be shared by {self.world} processes; "
-                                  "use fewer processes (--nproc_per_node)")
+        seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
+        self.sources = [self._source(self.ws, self.train_qs, self.train_tables, seed + 2)]
+        for i, folder in enumerate(cfg.data.also_train_on):
+            self.sources.append(self._also_source(folder, seed + 2 + 10 * (i + 1)))
+        self.share = self._shares()
+        """Probability that an update rolls out on each source (sources[0]: data_dir's train queries)."""
+        self.source_gen = torch.Generator().manual_seed(seed + 4)
+        self.also_data = [{"name": src.name, **src.data} for src in self.sources[1:]]
+        """The identity of each data.also_train_on collection (recorded in checkpoints and exported cards)."""
+        primary = self.sources[0]
+        self.env, self.shard, self.sampler, self.buf = primary.env, primary.shard, primary.sampler, primary.buf
+        n_train = sum(len(src.qs) for src in self.sources)
         self.total_updates = tc.num_epochs and max(1, math.ceil(tc.num_epochs * n_train
                                                                 / (self.world * self.rounds * self.episodes_per_round)))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, (lambda u: max(0.0, 1.0 - u / max(1, self.total_updates))) if tc.anneal_lr else (lambda u: 1.0))
-        self.env = make_env(cfg, self.ws, self.train_qs)
         if tc.compile:
             self._compile()
-        self.buf = RolloutBuffer(ac.max_steps_per_episode, self.rounds * self.episodes_per_round,
-                                 self.train_qs.max_candidates, self.device)
-        seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
         # actions and minibatch orders are drawn where they are used; the host only picks the episodes
         self.action_gen = torch.Generator(self.device).manual_seed(seed)
         self.minibatch_gen = torch.Generator(self.device).manual_seed(seed + 1)
-        self.sampler = EpochSampler(len(self.shard), torch.Generator().manual_seed(seed + 2))
         self.update = self.episodes = self.steps = 0
         self.warm_started = False
         self.best, self.best_update, self.bad_evals, self.nonfinite_streak, self.nonfinite_total = -1.0, -1, 0, 0, 0
@@ -175,6 +196,40 @@ class Trainer:
         self.stop_signal: int | None = None
         if resume:
             self.load(resume)
+
+    def _source(self, ws: Workspace, qs: QuerySet, tables: Tables, sampler_seed: int) -> TrainSource:
+        # DDP: each rank walks its own stride of the train queries, so an update sees world × the episodes
+        shard = torch.arange(self.rank, len(qs), self.world)
+        if len(shard) == 0:
+            raise AdaptiveIRError(f"{ws.collection.name}: {len(qs)} train queries cannot be shared by {self.world} "
+                                  "processes; use fewer processes (--nproc_per_node)")
+        buf = RolloutBuffer(self.cfg.rl_agent.max_steps_per_episode, self.rounds * self.episodes_per_round,
+                            qs.max_candidates, self.device)
+        return TrainSource(ws.collection.name, data_identity(ws), qs, tables, make_env(self.cfg, ws, qs), shard,
+                           EpochSampler(len(shard), torch.Generator().manual_seed(sampler_seed)), buf)
+
+    def _also_source(self, folder: str, sampler_seed: int) -> TrainSource:
+        """The train queries of one data.also_train_on collection: its own index, candidates and embeddings
+        (cached like data_dir's), built with this run's settings. Its dev split is loaded so that, where the
+        collection has none, the same train queries are carved out as when it is trained on alone; its test
+        judgments stay unread."""
+        data = dataclasses.replace(self.cfg.data, data_dir=folder, max_train_queries=None, also_train_on=[],
+                                   also_train_share=None)
+        ws = Workspace(dataclasses.replace(self.cfg, data=data), self.device, progress=self.progress,
+                       splits=("train", "dev"))
+        for phase, seconds in ws.phases.seconds.items():  # this run's time per phase counts theirs too
+            self.ws.phases.add(f"{phase} ({ws.collection.name})", seconds)
+        qs, tables = ws.split("train", judged_only=True)
+        log.info("also training on %s: %d train queries", folder, len(qs))
+        return self._source(ws, qs, tables, sampler_seed)
+
+    def _shares(self) -> list[float]:
+        counts = [len(src.qs) for src in self.sources]
+        also = self.cfg.data.also_train_share
+        if also is None or len(counts) == 1:
+            return [c / sum(counts) for c in counts]
+        rest = sum(counts[1:])
+        return [1.0 - also] + [also * c / rest for c in counts[1:]]
 
     def _parallelize(self) -> None:
         """DDP under torchrun, or DataParallel over all visible GPUs for large minibatches: the PPO update's
@@ -190,8 +245,9 @@ class Trainer:
         then runs its fixed-shape mode on every device: the CPU's compact mode reads counts, a graph break."""
         mode = "reduce-overhead" if self.device.type == "cuda" else None
         self.agent.compile_local(mode)
-        self.env.compact = False
-        self.env.step = torch.compile(self.env.step, fullgraph=True, mode=mode)
+        for src in self.sources:
+            src.env.compact = False
+            src.env.step = torch.compile(src.env.step, fullgraph=True, mode=mode)
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict:
@@ -215,13 +271,14 @@ class Trainer:
                 t0, episodes_before = time.perf_counter(), self.episodes
                 stats = self._collect()
                 t_collect = time.perf_counter() - t0
-                adv, ret = compute_gae(self.buf.rewards, self.buf.values, self.buf.terminated, self.buf.alive,
+                src = self.source
+                adv, ret = compute_gae(src.buf.rewards, src.buf.values, src.buf.terminated, src.buf.alive,
                                        tc.gamma, tc.gae_lambda)
                 if tc.entropy_coef_final is not None:
                     frac = self.update / max(1, self.total_updates - 1)
                     ppo.entropy_coef = tc.entropy_coef + frac * (tc.entropy_coef_final - tc.entropy_coef)
-                self.agent.use_tables(self.train_tables)
-                losses = ppo_update(self.agent, self.optimizer, self.amp, self.buf, self.train_qs, adv, ret, ppo,
+                self.agent.use_tables(src.tables)
+                losses = ppo_update(self.agent, self.optimizer, self.amp, src.buf, src.qs, adv, ret, ppo,
                                     self.minibatch_gen, stats["local_steps"], stats["max_local_steps"],
                                     self.nonfinite_streak)
                 self.nonfinite_streak = losses.pop("nonfinite_streak")
@@ -312,13 +369,22 @@ class Trainer:
         self.stop_signal = int(flags[1]) or None
         return bool(flags[0])
 
+    def _next_source(self) -> TrainSource:
+        """The collection this update rolls out on: drawn by its share (none drawn with one collection)."""
+        if len(self.sources) == 1:
+            return self.sources[0]
+        return self.sources[int(torch.multinomial(torch.tensor(self.share), 1, generator=self.source_gen))]
+
     def _collect(self) -> dict[str, float]:
-        self.buf.clear()
-        self.agent.use_tables(self.train_tables)
+        """One update's episodes, all on one collection (``self.source``, into its buffer ``self.buf``)."""
+        src = self.source = self._next_source()
+        self.buf = src.buf
+        src.buf.clear()
+        self.agent.use_tables(src.tables)
         rets, finals, lens = [], [], []
         for r in range(self.rounds):
-            qidx = self.shard[self.sampler.next(self.episodes_per_round)]
-            s = collect(self.agent, self.amp, self.train_qs, self.env, self.buf, qidx, r * self.episodes_per_round,
+            qidx = src.shard[src.sampler.next(self.episodes_per_round)]
+            s = collect(self.agent, self.amp, src.qs, src.env, src.buf, qidx, r * self.episodes_per_round,
                         self.action_gen)
             rets.append(s["return"])
             finals.append(s["final_metric"])
@@ -402,6 +468,7 @@ class Trainer:
             "config": config_to_dict(self.cfg),
             "spec": self.spec,
             "data": self.data_id,
+            "also_data": self.also_data,
             "init_from_sha256": self.init_sha256,
             "model": self.agent.core.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -411,6 +478,8 @@ class Trainer:
                     "minibatch": self.minibatch_gen.get_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             "sampler": self.sampler.state_dict(),
+            "also_samplers": [src.sampler.state_dict() for src in self.sources[1:]],
+            "source_rng": self.source_gen.get_state(),
             "counters": {"update": self.update, "episodes": self.episodes, "steps": self.steps,
                          "best": self.best, "best_update": self.best_update, "bad_evals": self.bad_evals,
                          "best_episodes": self.best_episodes,
@@ -437,11 +506,18 @@ class Trainer:
             self._restore_generator(self.action_gen, s["rng"]["action"], seed)
             self._restore_generator(self.minibatch_gen, s["rng"]["minibatch"], seed + 1)
             self.sampler.load_state_dict(s["sampler"])
+            for src, state in zip(self.sources[1:], s.get("also_samplers", [])):
+                src.sampler.load_state_dict(state)
+            if "source_rng" in s:
+                self.source_gen.set_state(s["source_rng"])
         else:  # other DDP ranks start fresh streams, offset by the update so they do not replay the first ones
             seed = self.cfg.system.seed + RANK_SEED_STRIDE * self.rank + 3 * c["update"]
             self.action_gen.manual_seed(seed)
             self.minibatch_gen.manual_seed(seed + 1)
-            self.sampler = EpochSampler(len(self.shard), torch.Generator().manual_seed(seed + 2))
+            self.source_gen.manual_seed(seed + 4)
+            for i, src in enumerate(self.sources):
+                src.sampler = EpochSampler(len(src.shard), torch.Generator().manual_seed(seed + 2 + 10 * i))
+            self.sampler = self.sources[0].sampler
         self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
         self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
         self.best_episodes = c.get("best_episodes", 0)  # absent from checkpoints of older versions

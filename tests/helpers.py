@@ -146,3 +146,23 @@ def relevant_sets(qs, qidx: torch.Tensor | None = None) -> list[set[int]]:
     ptr, docs = qs.rel_indptr.tolist(), qs.rel_docs.tolist()
     rows = range(len(qs)) if qidx is None else qidx.tolist()
     return [set(docs[ptr[i]:ptr[i + 1]]) for i in rows]
+
+
+def write_beir(collection: Collection, root: Path, max_queries: int | None = None) -> Path:
+    """``collection`` as a BEIR folder (corpus, queries, one qrels file per split; ``max_queries`` per split)."""
+    import json
+
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    texts = collection.doc_texts_at(range(collection.num_docs))
+    with open(root / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for doc_id, text in zip(collection.doc_ids, texts):
+            f.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
+    with open(root / "queries.jsonl", "w", encoding="utf-8") as f:
+        for split in collection.splits:
+            qids, qtexts, qrels = collection.split(split)
+            qids, qtexts = qids[:max_queries], qtexts[:max_queries]
+            for qid, text in zip(qids, qtexts):
+                f.write(json.dumps({"_id": qid, "text": text}) + "\n")
+            lines = [f"{q}\t{d}\t{g}\n" for q in qids for d, g in qrels.get(q, {}).items()]
+            (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines))
+    return root

@@ -16,7 +16,7 @@ from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run
 from adaptive_ir.monitor import Monitor, read_metrics
 from adaptive_ir.trainer import Trainer
 
-from helpers import default_collection, tiny_config
+from helpers import default_collection, tiny_config, write_beir
 
 # wall-clock rates differ between runs that compute the same thing
 VOLATILE = {"charts/SPS", "charts/episodes_per_s"}
@@ -282,3 +282,51 @@ def test_warm_start_raises_the_first_step_reward_and_is_done_once(tmp_path):
     assert resumed.warm_started
     resumed.train()
     assert len([r for r in rows(more) if "warm_start/expected_after" in r]) == 1
+
+
+def test_training_on_several_collections_draws_each_update_from_one_and_resumes_exactly(tmp_path):
+    # data_dir and a second collection (the default generator with another seed), both as BEIR folders; the
+    # sentence model, since LSA would give each corpus its own space
+    main_dir = write_beir(default_collection(), tmp_path / "main", max_queries=48)
+    other_dir = write_beir(default_collection(seed=7), tmp_path / "other", max_queries=48)
+    overrides = {"data.dataset_type": "beir", "data.data_dir": main_dir, "data.also_train_on": f"[{other_dir}]",
+                 "data.also_train_share": 0.5, "embeddings.type": "sentence-transformers",
+                 "embeddings.embedding_dim": "null", "embeddings.cache_dir": tmp_path / "cache",
+                 "training.num_epochs": 4}
+
+    def run(name: str, interrupt_at: int | None = None, resume=None) -> tuple[Trainer, list[str], dict]:
+        cfg = tiny_config(tmp_path / name, **overrides)
+        t = Trainer(cfg, progress=False, resume=resume)
+        collect, used = t._collect, []
+
+        def collect_and_record():
+            out = collect()
+            used.append(t.source.name)
+            if len(used) == interrupt_at:
+                signal.raise_signal(signal.SIGINT)
+            return out
+
+        t._collect = collect_and_record
+        return t, used, t.train()
+
+    full, used, out = run("full")
+    assert [len(src.qs) for src in full.sources] == [48, 48]
+    assert out["updates"] == full.total_updates == 6  # 4 epochs × 96 train queries / 64 episodes per update
+    # every update on one collection, both drawn; each collection's queries walked in its own epoch order
+    assert set(used) == {"main", "other"}
+    for src in full.sources:
+        assert src.sampler.epoch * len(src.qs) + src.sampler.pos == 64 * used.count(src.name)
+    cut, used_cut, out = run("cut", interrupt_at=3)
+    assert out["interrupted"] and used_cut == used[:3]
+    resumed, used_rest, out = run("cut", resume=tmp_path / "cut" / "checkpoints" / "last.pt")
+    assert used_cut + used_rest == used and out["updates"] == 6
+    assert_same_state(state(full), state(resumed))
+
+
+def test_several_collections_need_folders_and_one_embedding_space(tmp_path):
+    with pytest.raises(ConfigError, match="data.also_train_on.*sentence-transformers"):
+        tiny_config(tmp_path, **{"data.dataset_type": "beir", "data.also_train_on": "[x]"})
+    with pytest.raises(ConfigError, match="data.also_train_on.*folder format"):
+        tiny_config(tmp_path, **{"data.also_train_on": "[x]", "embeddings.type": "sentence-transformers"})
+    with pytest.raises(ConfigError, match="data.also_train_share.*lists no collection"):
+        tiny_config(tmp_path, **{"data.also_train_share": 0.3})
