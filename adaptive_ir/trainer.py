@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 import math
 import signal
 import time
@@ -217,9 +217,9 @@ class Trainer:
                                    also_train_share=None)
         ws = Workspace(dataclasses.replace(self.cfg, data=data), self.device, progress=self.progress,
                        splits=("train", "dev"))
+        qs, tables = ws.split("train", judged_only=True)
         for phase, seconds in ws.phases.seconds.items():  # this run's time per phase counts theirs too
             self.ws.phases.add(f"{phase} ({ws.collection.name})", seconds)
-        qs, tables = ws.split("train", judged_only=True)
         log.info("also training on %s: %d train queries", folder, len(qs))
         return self._source(ws, qs, tables, sampler_seed)
 
