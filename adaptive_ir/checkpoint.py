@@ -90,18 +90,25 @@ def policy_path(value: str | Path) -> Path:
     return path
 
 
+PRETRAINED_SPLIT_SEED = 42
+"""The seed that carves dev from train on a collection a policy is applied to (``--set data.split_seed`` changes
+it): fixed, so that every policy is scored on the same queries, which the training seed stored in each policy's
+config would otherwise choose; 42 is the shipped configs' seed, so the carve is that of their training runs."""
+
+
 def pretrained_config(policy: str | Path, data_dir: str | None = None,
                       overrides: dict[str, object] | None = None) -> tuple[Config, Path, dict]:
     """(config, path, policy) to apply a trained policy to a collection it may never have seen: the policy's own
     config (index, miner, embedder, network: what its weights mean), its data section replaced by ``data_dir``
-    (a BEIR folder; None: the embedded default collection), caches under ``runs/pretrained/<collection>``, then
+    (a BEIR folder; None: the embedded default collection; dev carved with PRETRAINED_SPLIT_SEED), caches under ``runs/pretrained/<collection>``, then
     ``overrides`` (``--set``). The collection is indexed, mined and embedded on first use, and cached."""
     from .config import _build, _Origins
 
     path = policy_path(policy)
     state, _ = read_policy(path)
     raw = json.loads(json.dumps(state["config"]))  # a copy
-    raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir}
+    raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir,
+                   "split_seed": PRETRAINED_SPLIT_SEED}
     raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
                            init_from=None, log_dir=None, checkpoint_dir=None)
     raw["embeddings"]["cache_dir"] = None

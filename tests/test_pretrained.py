@@ -78,3 +78,14 @@ def test_a_policy_that_does_not_fit_is_refused_in_one_line(workdir, capsys, monk
     assert_clean_error(rc, err, "policy no-such-policy", "shipped: ", POLICY)
     rc, err = run_cli(capsys, "evaluate", "--policy", POLICY, "--config", "quickstart")
     assert_clean_error(rc, err, "--policy", "goes alone")
+
+
+def test_every_policy_is_scored_on_the_same_dev_carve():
+    # a collection without a dev split has one carved from train: which queries must not depend on the seed the
+    # policy happened to be trained with (stored in its config), or two policies are scored on different queries
+    from adaptive_ir.checkpoint import PRETRAINED_SPLIT_SEED, pretrained_config
+
+    cfgs = [pretrained_config(p, "some/beir-folder")[0] for p in ("nfcorpus-seed-1", "nfcorpus-seed-2")]
+    assert [c.system.seed for c in cfgs] == [1, 2]
+    assert [c.split_seed for c in cfgs] == [PRETRAINED_SPLIT_SEED] * 2
+    assert pretrained_config(POLICY, "some/beir-folder", {"data.split_seed": 7})[0].split_seed == 7
