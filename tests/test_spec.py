@@ -166,18 +166,23 @@ def test_a_card_names_the_command_of_the_run_while_its_folder_still_holds_that_r
     assert run_command({"id": "r1", "dir": str(tmp_path / "gone")}) is None and run_command(None) is None
 
 
-def test_the_general_policies_share_one_spec_and_the_second_starts_from_the_first():
+def test_the_general_policies_share_one_spec_and_say_what_they_were_trained_on():
     general, digest = read_policy(SHIPPED_DIR / "general")  # checksums verified
     tuned, _ = read_policy(SHIPPED_DIR / "general-nfcorpus")
-    assert tuned["spec"] == general["spec"]
+    joint, _ = read_policy(SHIPPED_DIR / "general-joint")
+    assert tuned["spec"] == general["spec"] == joint["spec"]
     assert tuned["config"]["training"]["init_from"] == "general" and tuned["origin"]["init_from_sha256"] == digest
     assert tuned["data"] != general["data"]  # WikiCAR, then NFCorpus
+    # WikiCAR and NFCorpus at once: both identities recorded, and the card names both
+    assert joint["data"] == general["data"] and [a["name"] for a in joint["also_data"]] == ["nfcorpus"]
+    assert joint["also_data"][0]["corpus_sha256"] == tuned["data"]["corpus_sha256"]
+    assert "on `wikicar` and `nfcorpus`" in (SHIPPED_DIR / "general-joint" / "README.md").read_text()
 
 
 @pytest.mark.parametrize("index", ["", "-anserini"])
 def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
     assert set(shipped_policies()) == {f"nfcorpus{i}-seed-{s}" for i in ("", "-anserini") for s in (1, 2, 3, 42)
-                                       } | {"general", "general-nfcorpus"}
+                                       } | {"general", "general-nfcorpus", "general-joint"}
     for name in ("scifact", "cranfield", "cisi"):
         cfg = load_config(name + index)
         assert cfg.training.init_from == f"nfcorpus{index}-seed-{{seed}}"
