@@ -167,16 +167,16 @@ class Trainer:
         self.episodes_per_round = tc.collect_batch_size
         self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
         seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
-        self.sources = [self._source(self.ws, self.train_qs, self.train_tables, seed + 2)]
-        for i, folder in enumerate(cfg.data.also_train_on):
-            self.sources.append(self._also_source(folder, seed + 2 + 10 * (i + 1)))
+        self.sources = [self._source(self.ws, self.train_qs, self.train_tables, self._sampler_seed(seed, 0))]
+        for i, folder in enumerate(cfg.data.also_train_on, 1):
+            self.sources.append(self._also_source(folder, self._sampler_seed(seed, i)))
         self.share = self._shares()
         """Probability that an update rolls out on each source (sources[0]: data_dir's train queries)."""
         self.source_gen = torch.Generator().manual_seed(seed + 4)
         self.also_data = [{"name": src.name, **src.data} for src in self.sources[1:]]
         """The identity of each data.also_train_on collection (recorded in checkpoints and exported cards)."""
         primary = self.sources[0]
-        self.env, self.shard, self.sampler, self.buf = primary.env, primary.shard, primary.sampler, primary.buf
+        self.env, self.shard, self.buf = primary.env, primary.shard, primary.buf
         n_train = sum(len(src.qs) for src in self.sources)
         self.total_updates = tc.num_epochs and max(1, math.ceil(tc.num_epochs * n_train
                                                                 / (self.world * self.rounds * self.episodes_per_round)))
@@ -196,6 +196,11 @@ class Trainer:
         self.stop_signal: int | None = None
         if resume:
             self.load(resume)
+
+    @staticmethod
+    def _sampler_seed(seed: int, source: int) -> int:
+        """The seed of the epoch order of ``sources[source]`` on the rank whose streams start at ``seed``."""
+        return seed + 2 + 10 * source
 
     def _source(self, ws: Workspace, qs: QuerySet, tables: Tables, sampler_seed: int) -> TrainSource:
         # DDP: each rank walks its own stride of the train queries, so an update sees world × the episodes
@@ -477,7 +482,7 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state(), "action": self.action_gen.get_state(),
                     "minibatch": self.minibatch_gen.get_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-            "sampler": self.sampler.state_dict(),
+            "sampler": self.sources[0].sampler.state_dict(),
             "also_samplers": [src.sampler.state_dict() for src in self.sources[1:]],
             "source_rng": self.source_gen.get_state(),
             "counters": {"update": self.update, "episodes": self.episodes, "steps": self.steps,
@@ -505,7 +510,7 @@ class Trainer:
             seed = self.cfg.system.seed + 3 * c["update"]
             self._restore_generator(self.action_gen, s["rng"]["action"], seed)
             self._restore_generator(self.minibatch_gen, s["rng"]["minibatch"], seed + 1)
-            self.sampler.load_state_dict(s["sampler"])
+            self.sources[0].sampler.load_state_dict(s["sampler"])
             for src, state in zip(self.sources[1:], s.get("also_samplers", [])):
                 src.sampler.load_state_dict(state)
             if "source_rng" in s:
@@ -516,8 +521,7 @@ class Trainer:
             self.minibatch_gen.manual_seed(seed + 1)
             self.source_gen.manual_seed(seed + 4)
             for i, src in enumerate(self.sources):
-                src.sampler = EpochSampler(len(src.shard), torch.Generator().manual_seed(seed + 2 + 10 * i))
-            self.sampler = self.sources[0].sampler
+                src.sampler = EpochSampler(len(src.shard), torch.Generator().manual_seed(self._sampler_seed(seed, i)))
         self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
         self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
         self.best_episodes = c.get("best_episodes", 0)  # absent from checkpoints of older versions

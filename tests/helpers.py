@@ -148,7 +148,7 @@ def relevant_sets(qs, qidx: torch.Tensor | None = None) -> list[set[int]]:
     return [set(docs[ptr[i]:ptr[i + 1]]) for i in rows]
 
 
-def write_beir(collection: Collection, root: Path, max_queries: int | None = None) -> Path:
+def collection_as_beir(collection: Collection, root: Path, max_queries: int | None = None) -> Path:
     """``collection`` as a BEIR folder (corpus, queries, one qrels file per split; ``max_queries`` per split)."""
     import json
 

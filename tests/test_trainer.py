@@ -16,7 +16,7 @@ from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run
 from adaptive_ir.monitor import Monitor, read_metrics
 from adaptive_ir.trainer import Trainer
 
-from helpers import default_collection, tiny_config, write_beir
+from helpers import collection_as_beir, default_collection, tiny_config
 
 # wall-clock rates differ between runs that compute the same thing
 VOLATILE = {"charts/SPS", "charts/episodes_per_s"}
@@ -287,8 +287,8 @@ def test_warm_start_raises_the_first_step_reward_and_is_done_once(tmp_path):
 def test_training_on_several_collections_draws_each_update_from_one_and_resumes_exactly(tmp_path):
     # data_dir and a second collection (the default generator with another seed), both as BEIR folders; the
     # sentence model, since LSA would give each corpus its own space
-    main_dir = write_beir(default_collection(), tmp_path / "main", max_queries=48)
-    other_dir = write_beir(default_collection(seed=7), tmp_path / "other", max_queries=48)
+    main_dir = collection_as_beir(default_collection(), tmp_path / "main", max_queries=48)
+    other_dir = collection_as_beir(default_collection(seed=7), tmp_path / "other", max_queries=48)
     overrides = {"data.dataset_type": "beir", "data.data_dir": main_dir, "data.also_train_on": f"[{other_dir}]",
                  "data.also_train_share": 0.5, "embeddings.type": "sentence-transformers",
                  "embeddings.embedding_dim": "null", "embeddings.cache_dir": tmp_path / "cache",
