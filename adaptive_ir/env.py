@@ -199,7 +199,7 @@ class ReformulationEnv:
         # host-side sizes, read once here so that no step has to: postings of every query and of its longest
         # candidate posting list (the accelerator mode's block widths)
         lengths = (index.indptr[1:] - index.indptr[:-1]).cpu().numpy()
-        self._q0_postings = lengths[queries.terms.cpu().numpy()].sum(1)
+        self._q0_postings = lengths[queries.terms.cpu().numpy()].astype(np.int32)  # (Q, L0): per query term
         cands = queries.cand_terms.cpu().numpy()
         self._widest = lengths[cands].max(1) if cands.size else np.zeros(len(queries), np.int64)
         self.judged = (Judgements(queries.rel_indptr, queries.rel_docs, queries.n_rel, index.num_docs,
@@ -274,8 +274,7 @@ class ReformulationEnv:
             kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
                                terms.numpy(), weights.numpy())
             return
-        row, doc, contrib = self.index.postings(terms, weights, int(q0_postings.sum()))
-        self.lanes.view(-1).index_add_(0, row * self.index.num_docs + doc, contrib)
+        self.index.add_by_slot(self.lanes.view(-1), terms, weights, q0_postings.sum(0))
 
     @property
     def chosen(self) -> torch.Tensor:

@@ -274,14 +274,18 @@ class BM25Index:
                 w[i, : len(q)] = torch.as_tensor(weights[i] if weights is not None else [1.0] * len(q))
         return ids.to(self.device), w.to(self.device)
 
-    def postings(self, terms: torch.Tensor, weights: torch.Tensor | None = None, total: int | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def postings(self, terms: torch.Tensor, weights: torch.Tensor | None = None, total: int | None = None,
+                 slot_major: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every posting of every term of a padded (B, L) batch, flat and grouped by row (then slot, then
-        document): (row (P,), document (P,) int64, impact × the slot's weight (P,) float32).
+        document), or with ``slot_major`` by slot (then row, then document): (row (P,), document (P,) int64,
+        impact × the slot's weight (P,) float32).
 
         ``total``: the number of postings when the caller knows it on the host; without it the count is read from
         the device (a host-device synchronisation on a GPU)."""
         bsz, width = terms.shape
+        if slot_major:
+            terms = terms.t()
+            weights = None if weights is None else weights.t()
         flat = terms.reshape(-1)
         start = self.indptr[flat]
         count = self.indptr[flat + 1] - start
@@ -297,18 +301,40 @@ class BM25Index:
         contrib = self.data.index_select(0, pos)
         if weights is not None:
             contrib = contrib * weights.reshape(-1).index_select(0, slot).to(contrib.dtype)
-        row = torch.arange(bsz, device=flat.device).repeat_interleave(width).index_select(0, slot)
+        rows = torch.arange(bsz, device=flat.device)
+        row = (rows.repeat(width) if slot_major else rows.repeat_interleave(width)).index_select(0, slot)
         return row, self.indices.index_select(0, pos).long(), contrib
 
-    def score(self, terms: torch.Tensor, weights: torch.Tensor | None = None, total: int | None = None
-              ) -> torch.Tensor:
+    def add_by_slot(self, flat: torch.Tensor, terms: torch.Tensor, weights: torch.Tensor | None,
+                    slot_totals: np.ndarray) -> None:
+        """Add every posting of a padded (B, L) batch into ``flat`` (B · num_docs cells, row-major), one slot (query
+        term) after another; ``slot_totals`` (L,) are each slot's posting counts, known on the host.
+
+        Why slot by slot: a GPU's ``index_add_`` adds floats that meet in one cell in whatever order its atomic
+        adds take, so one call over all slots would sum a document's terms in a varying order (rankings that differ
+        in the last bit from run to run, and from the CPU's). Within one slot a row meets each document once, so
+        no two additions of a call meet, and every cell sums its terms in slot order: the CPU kernels' order. The
+        postings are gathered once, slot by slot, so each slot's are one slice: one extra launch per slot."""
+        bounds = np.concatenate([[0], np.cumsum(slot_totals)])
+        row, doc, contrib = self.postings(terms, weights, int(bounds[-1]), slot_major=True)
+        target = row * self.num_docs + doc
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if hi > lo:
+                flat.index_add_(0, target[lo:hi], contrib[lo:hi])
+
+    def slot_postings(self, terms: torch.Tensor) -> np.ndarray:
+        """(B, L) posting counts of a batch's terms, on the host (one read of the device)."""
+        counts = self.indptr[terms + 1] - self.indptr[terms]
+        with allowed_sync():
+            return counts.cpu().numpy()
+
+    def score(self, terms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         """Full (B, num_docs) BM25 scores for a batch of padded queries: Σ_t weight_t · impact(t, d), added in slot
         order (the order every other scoring path here keeps, so all of them give the same floats).
 
         A whole-corpus matrix: for small corpora and for checking the other paths; ``search`` never forms it."""
-        row, doc, contrib = self.postings(terms, weights, total)
         scores = torch.zeros(terms.shape[0] * self.num_docs, dtype=self.data.dtype, device=self.data.device)
-        scores.index_add_(0, row * self.num_docs + doc, contrib)
+        self.add_by_slot(scores, terms, weights, self.slot_postings(terms).sum(0))
         return scores.view(terms.shape[0], self.num_docs)
 
     def search(self, terms: torch.Tensor, weights: torch.Tensor | None = None, k: int = 100,
@@ -348,9 +374,8 @@ class BM25Index:
         if max_cells is None:
             max_cells = SCRATCH_CELLS
         rows = max(1, min(bsz, max_cells // max(1, self.num_docs)))
-        count = (self.indptr[terms + 1] - self.indptr[terms]).sum(1)
-        with allowed_sync():  # one read per call, to plan the chunks (search is not part of a rollout step)
-            count = count.cpu().numpy()
+        per_slot = self.slot_postings(terms)  # one read per call, to plan the chunks (not part of a rollout step)
+        count = per_slot.sum(1)
         # chunks of rows with similar posting counts (each row's ranking is padded to its chunk's longest), at most
         # `rows` of them (the scratch) and CHUNK_POSTINGS postings (the temporaries) unless one row has more
         order = np.argsort(count, kind="stable")
@@ -363,9 +388,10 @@ class BM25Index:
             pick_host = torch.from_numpy(order[lo:hi])
             pick = pick_host.to(self.device)
             w = None if weights is None else weights.index_select(0, pick)
-            row, doc, contrib = self.postings(terms.index_select(0, pick), w, int(cum[hi - 1] - base))
+            chunk = terms.index_select(0, pick)
+            self.add_by_slot(scratch, chunk, w, per_slot[order[lo:hi]].sum(0))
+            row, doc, _ = self.postings(chunk, None, int(cum[hi - 1] - base))  # the touched cells, grouped by row
             target = row * self.num_docs + doc
-            scratch.index_add_(0, target, contrib)
             score = scratch.index_select(0, target)
             scratch.index_fill_(0, target, 0.0)
             keys = torch.where(score > 0, ranking_keys(score, doc), -1)

@@ -79,9 +79,11 @@ def tiny_config(output_dir: Path, **overrides):
     return load_config("quickstart", base)
 
 
-def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_candidates: int = 30):
+def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_candidates: int = 30,
+                device: str = "cpu"):
     """Train queries of the default collection as a QuerySet (real retriever, candidates and qrels) with seeded
-    random embedding tables: everything the env, rollout and PPO need, without an embedding model."""
+    random embedding tables: everything the env, rollout and PPO need, without an embedding model. Mined on the
+    CPU; the index, QuerySet and tables then live on ``device``."""
     import numpy as np
 
     from adaptive_ir.candidates import CandidateMiner
@@ -98,11 +100,12 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     cands = miner.mine(terms)
     rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
     qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels,
-                        coll.doc_positions, retriever.index.pad_id, "cpu")
+                        coll.doc_positions, retriever.index.pad_id, device)
+    retriever.index.to(device)
     gen = torch.Generator().manual_seed(seed)
-    tables = SimpleNamespace(query=torch.randn(len(qids), emb_dim, generator=gen),
+    tables = SimpleNamespace(query=torch.randn(len(qids), emb_dim, generator=gen).to(device),
                              term=torch.cat([torch.randn(cands.terms.size, emb_dim, generator=gen),
-                                             torch.zeros(1, emb_dim)]))
+                                             torch.zeros(1, emb_dim)]).to(device))
     return SimpleNamespace(coll=coll, qids=qids, texts=texts, qrels=qrels, retriever=retriever, miner=miner,
                            cands=cands, qs=qs, tables=tables, emb_dim=emb_dim)
 

@@ -295,3 +295,16 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
         rebuilt = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
     assert "damaged" in caplog.text
     assert np.array_equal(rebuilt.corpus.terms, fresh.corpus.terms)
+
+
+def test_postings_slot_major_hold_the_same_postings_grouped_by_slot(tiny):
+    corpus, index = tiny
+    queries, weights = _random_queries(len(corpus.vocab), 9, seed=2)
+    ids, w = index.pad(queries, weights)
+    rows, docs, contrib = index.postings(ids, w)
+    s_rows, s_docs, s_contrib = index.postings(ids, w, slot_major=True)
+    key = lambda r, d, c: sorted(zip(r.tolist(), d.tolist(), c.tolist()))  # noqa: E731
+    assert key(rows, docs, contrib) == key(s_rows, s_docs, s_contrib)
+    counts = (index.indptr[ids + 1] - index.indptr[ids]).t().reshape(-1)  # slot-major (slot, row) order
+    expect = torch.arange(ids.shape[0]).repeat(ids.shape[1]).repeat_interleave(counts)
+    assert torch.equal(s_rows, expect) and not torch.equal(rows, s_rows)

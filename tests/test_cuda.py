@@ -1,0 +1,151 @@
+"""The accelerator path on a real CUDA device, against the CPU: the same rankings, score lanes and rewards, step for
+step (the GPU's fixed-shape tensor code against the CPU kernels); the same top k from the batched search; no
+host-device synchronisation in a rollout step or a PPO minibatch by CUDA's own account (its sync-debug mode, a
+second witness beside ``adaptive_ir.hostsync``); and the same training run twice from one seed.
+
+Skipped where no CUDA device is present (CI). ``scripts/gpu_check.sh`` runs it with the GPU benchmarks."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from adaptive_ir.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.env import ReformulationEnv
+from adaptive_ir.policy import Agent
+from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.rollout import collect, policy_step, step_counters
+from adaptive_ir.trainer import Trainer
+
+from helpers import default_collection, query_world, tiny_config
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+CUDA = torch.device("cuda")
+K = 40
+MIXES = [({"recall": 1.0}, 0.6), ({"recall": 0.7, "mrr": 0.3}, 0.6), ({"recall": 1.0}, (0.5, 1.0, 2.0))]
+
+
+@pytest.fixture(scope="module")
+def cpu_world():
+    return query_world(24)
+
+
+@pytest.fixture(scope="module")
+def gpu_world():
+    return query_world(24, device="cuda")
+
+
+@pytest.mark.parametrize("mix, weight", MIXES)
+def test_the_gpu_env_keeps_the_cpu_kernels_rankings_lanes_and_rewards(cpu_world, gpu_world, mix, weight):
+    qidx = torch.arange(0, 24, 2).repeat(3)[:23]  # fewer episodes than queries, repeats
+    cpu = ReformulationEnv(cpu_world.qs, cpu_world.retriever.index, 4, K, mix, expansion_weight=weight, compact=True)
+    gpu = ReformulationEnv(gpu_world.qs, gpu_world.retriever.index, 4, K, mix, expansion_weight=weight)
+    assert not gpu.compact and gpu.device.type == "cuda"
+    gen = torch.Generator().manual_seed(1)
+    cpu.reset(qidx)
+    gpu.reset(qidx)
+    b, expanded = len(qidx), 0
+    while True:
+        # bit for bit: each document's terms are summed in the same order on both devices
+        assert torch.equal(gpu.lanes[:b].cpu(), cpu.lanes[:b])
+        assert torch.equal(gpu.topk.cpu(), cpu.topk)
+        torch.testing.assert_close(gpu.metric.cpu(), cpu.metric, atol=1e-6, rtol=0)
+        if not cpu.alive.any():
+            break
+        legal = cpu.legal().float()
+        legal[:, -1] = 0.2
+        actions = torch.multinomial(legal, 1, generator=gen).squeeze(1)
+        expanded += int((cpu.alive & (actions < cpu.stop)).sum())
+        r_cpu, t_cpu = cpu.step(actions)
+        r_gpu, t_gpu = gpu.step(actions.to(CUDA))
+        torch.testing.assert_close(r_gpu.cpu(), r_cpu, atol=1e-6, rtol=0)
+        assert torch.equal(t_gpu.cpu(), t_cpu)
+    assert expanded > b
+
+
+def test_the_gpu_search_returns_the_cpu_kernels_top_k(cpu_world, gpu_world):
+    env = ReformulationEnv(cpu_world.qs, cpu_world.retriever.index, 4, K, {"recall": 1.0}, (0.5, 1.0, 2.0))
+    qidx = torch.arange(24)
+    env.reset(qidx)
+    gen = torch.Generator().manual_seed(3)
+    while env.alive.any():  # rewritten queries: several weighted terms per document
+        env.step(torch.multinomial(env.legal().float(), 1, generator=gen).squeeze(1))
+    terms, weights = env.terms, env.weights
+    want = cpu_world.retriever.index.topk_keys(terms, weights, 100)
+    got = gpu_world.retriever.index.topk_keys(terms.to(CUDA), weights.to(CUDA), 100, max_cells=5 * 2000)
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(gpu_world.retriever.index.score(terms.to(CUDA), weights.to(CUDA)).cpu(),
+                       cpu_world.retriever.index.score(terms, weights))
+
+
+def cuda_syncs(fn) -> list[str]:
+    """Where ``fn`` made synchronising CUDA calls, as CUDA's sync-debug mode reports them (one warning each)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
+@pytest.mark.parametrize("dtype", [None, "float16", "bfloat16"], ids=["fp32", "fp16+scaler", "bf16"])
+def test_rollout_steps_and_ppo_minibatches_do_not_sync_on_cuda(gpu_world, dtype):
+    if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("no native bf16 on this GPU")
+    amp = AmpContext(CUDA, dtype is not None, dtype or "float16")
+    qs = gpu_world.qs
+    torch.manual_seed(0)
+    agent = Agent(gpu_world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2,
+                  num_layers=1, levels=3).to(CUDA)
+    agent.core.init_stop_prior(3 * qs.max_candidates)
+    agent.use_tables(gpu_world.tables)
+    env = ReformulationEnv(qs, gpu_world.retriever.index, 4, K, {"recall": 0.7, "mrr": 0.3}, (0.5, 1.0, 2.0))
+    gen = torch.Generator(CUDA).manual_seed(0)
+    qidx = torch.arange(len(qs))
+
+    def steps():
+        for step in step_counters(env, len(qidx)):
+            actions, _, _ = policy_step(agent, amp, ep, env, step, gen)
+            env.step(actions)
+
+    buf = RolloutBuffer(4, 2 * len(qs), qs.max_candidates, CUDA)
+    # the first round on a fresh device initialises what it uses once (a warm-up, as every run's first round)
+    first = cuda_syncs(lambda: collect(agent, amp, qs, env, buf, qidx, 0, gen))
+    print("syncs of the first collect round:", first)
+    rounds = cuda_syncs(lambda: [collect(agent, amp, qs, env, buf, qidx, c, gen) for c in (0, len(qidx))])
+    assert len(rounds) <= 2, (rounds, first)  # at most one per collect round (its start), none per step
+    env.reset(qidx)
+    ep = agent.episode_inputs(qs, env.qidx)
+    assert cuda_syncs(steps) == [], first
+    adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, 0.99, 0.95)
+    samples = int(buf.alive.sum())
+    opt = make_optimizer(agent.parameters(), 1e-3)
+    settings = PPOSettings(epochs=2, minibatch_size=8, target_kl=0.5)
+    stats = {}
+    syncs = cuda_syncs(lambda: stats.update(ppo_update(agent, opt, amp, buf, qs, adv, ret, settings,
+                                                       torch.Generator(CUDA).manual_seed(0), samples)))
+    assert stats["minibatches"] >= 2 * (settings.epochs + 1)
+    # the KL stop read once per epoch and the statistics once, not per minibatch
+    assert len(syncs) <= settings.epochs + 1, syncs
+    assert all(st["step"] > 0 for st in opt.state.values())
+
+
+def test_same_seed_same_run_on_cuda(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        cfg = tiny_config(tmp_path / name, **{"system.device": "cuda", "training.num_epochs": 2,
+                                              "training.eval_every": 2})
+        trainer = Trainer(cfg, progress=False, collection=default_collection())
+        assert trainer.device.type == "cuda"
+        trainer.train()
+        runs.append(({k: v.cpu() for k, v in trainer.agent.core.state_dict().items()}, trainer.buf.actions.cpu()))
+    (state_a, actions_a), (state_b, actions_b) = runs
+    assert torch.equal(actions_a, actions_b)
+    for k in state_a:
+        assert torch.equal(state_a[k], state_b[k]), k
