@@ -248,3 +248,19 @@ def test_paired_runs_script_tests_the_first_run_against_each_other(tmp_path):
         assert mean[m]["mean_b"] == pytest.approx((means["bm25"][m] + means["rm3"][m]) / 2, abs=1e-9)
         assert mean[m]["delta"] == pytest.approx(other[m]["delta"] / 2, abs=1e-9)
     assert other["R@40"]["delta"] != 0 and other["R@40"]["n"] == 80
+
+
+def test_policy_steps_script_accounts_for_every_episode_at_every_step(tmp_path):
+    # a shipped policy on the embedded collection: every step's episodes either add a term (at one of the weights)
+    # and go on, or stop; the first step has every query
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_steps.py"), "--policy", "nfcorpus-seed-1",
+                           "--split", "dev", "--set", "candidate_mining.feedback=bm25"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [s["step"] for s in steps] == list(range(len(steps))) and len(steps) >= 2
+    assert steps[0]["going"] == steps[0]["queries"] > 0
+    for now, after in zip(steps, steps[1:]):
+        assert after["going"] == sum(now["added_per_weight"].values()) <= now["going"]
+        assert now["going"] == 0 or 0 <= now["p_stop_quartiles"][0] <= now["p_stop_quartiles"][2] <= 1
+    assert sum(sum(s["added_per_weight"].values()) for s in steps) > 0
