@@ -132,4 +132,21 @@ class _DispatchLevel(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-__all__ = ["SyncDetector", "HostSyncError", "allowed_sync"]
+def cuda_sync_sites(fn) -> list[str]:
+    """Run ``fn`` on a CUDA device under CUDA's own sync-debug mode (``torch.cuda.set_sync_debug_mode``) and return
+    where each synchronising call it reported came from (``file:line``): a second witness beside ``SyncDetector``,
+    which sees CUDA's own synchronisations too (inside torch, in copies), but only where a GPU runs."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
+__all__ = ["SyncDetector", "HostSyncError", "allowed_sync", "cuda_sync_sites"]

@@ -165,21 +165,11 @@ def count_syncs(fn) -> list[str]:
 
 
 def count_cuda_syncs(fn, device: torch.device) -> int | None:
-    """On CUDA, the synchronising calls CUDA itself reports for ``fn`` (``torch.cuda.set_sync_debug_mode``, one
-    warning each): a second opinion beside ``count_syncs``. None on other devices."""
-    import warnings
+    """On CUDA, the synchronising calls CUDA itself reports for ``fn`` (``hostsync.cuda_sync_sites``): a second
+    opinion beside ``count_syncs``. None on other devices."""
+    from adaptive_ir.hostsync import cuda_sync_sites
 
-    if device.type != "cuda":
-        return None
-    sync(device)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum(1 for w in caught if "synchroniz" in str(w.message))
+    return len(cuda_sync_sites(fn)) if device.type == "cuda" else None
 
 
 def write_json(path: str | None, payload: dict) -> None:

@@ -7,13 +7,12 @@ Skipped where no CUDA device is present (CI). ``scripts/gpu_check.sh`` runs it w
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from adaptive_ir.buffer import RolloutBuffer, compute_gae
 from adaptive_ir.env import ReformulationEnv
+from adaptive_ir.hostsync import cuda_sync_sites
 from adaptive_ir.policy import Agent
 from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rollout import collect, policy_step, step_counters
@@ -81,19 +80,6 @@ def test_the_gpu_search_returns_the_cpu_kernels_top_k(cpu_world, gpu_world):
                        cpu_world.retriever.index.score(terms, weights))
 
 
-def cuda_syncs(fn) -> list[str]:
-    """Where ``fn`` made synchronising CUDA calls, as CUDA's sync-debug mode reports them (one warning each)."""
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
-
-
 @pytest.mark.parametrize("dtype", [None, "float16", "bfloat16"], ids=["fp32", "fp16+scaler", "bf16"])
 def test_rollout_steps_and_ppo_minibatches_do_not_sync_on_cuda(gpu_world, dtype):
     if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
@@ -116,19 +102,19 @@ def test_rollout_steps_and_ppo_minibatches_do_not_sync_on_cuda(gpu_world, dtype)
 
     buf = RolloutBuffer(4, 2 * len(qs), qs.max_candidates, CUDA)
     # the first round on a fresh device initialises what it uses once (a warm-up, as every run's first round)
-    first = cuda_syncs(lambda: collect(agent, amp, qs, env, buf, qidx, 0, gen))
+    first = cuda_sync_sites(lambda: collect(agent, amp, qs, env, buf, qidx, 0, gen))
     print("syncs of the first collect round:", first)
-    rounds = cuda_syncs(lambda: [collect(agent, amp, qs, env, buf, qidx, c, gen) for c in (0, len(qidx))])
+    rounds = cuda_sync_sites(lambda: [collect(agent, amp, qs, env, buf, qidx, c, gen) for c in (0, len(qidx))])
     assert len(rounds) <= 2, (rounds, first)  # at most one per collect round (its start), none per step
     env.reset(qidx)
     ep = agent.episode_inputs(qs, env.qidx)
-    assert cuda_syncs(steps) == [], first
+    assert cuda_sync_sites(steps) == [], first
     adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, 0.99, 0.95)
     samples = int(buf.alive.sum())
     opt = make_optimizer(agent.parameters(), 1e-3)
     settings = PPOSettings(epochs=2, minibatch_size=8, target_kl=0.5)
     stats = {}
-    syncs = cuda_syncs(lambda: stats.update(ppo_update(agent, opt, amp, buf, qs, adv, ret, settings,
+    syncs = cuda_sync_sites(lambda: stats.update(ppo_update(agent, opt, amp, buf, qs, adv, ret, settings,
                                                        torch.Generator(CUDA).manual_seed(0), samples)))
     assert stats["minibatches"] >= 2 * (settings.epochs + 1)
     # the KL stop read once per epoch and the statistics once, not per minibatch
