@@ -322,7 +322,7 @@ class BM25Index:
             if hi > lo:
                 flat.index_add_(0, target[lo:hi], contrib[lo:hi])
 
-    def slot_postings(self, terms: torch.Tensor) -> np.ndarray:
+    def slot_counts(self, terms: torch.Tensor) -> np.ndarray:
         """(B, L) posting counts of a batch's terms, on the host (one read of the device)."""
         counts = self.indptr[terms + 1] - self.indptr[terms]
         with allowed_sync():
@@ -334,7 +334,7 @@ class BM25Index:
 
         A whole-corpus matrix: for small corpora and for checking the other paths; ``search`` never forms it."""
         scores = torch.zeros(terms.shape[0] * self.num_docs, dtype=self.data.dtype, device=self.data.device)
-        self.add_by_slot(scores, terms, weights, self.slot_postings(terms).sum(0))
+        self.add_by_slot(scores, terms, weights, self.slot_counts(terms).sum(0))
         return scores.view(terms.shape[0], self.num_docs)
 
     def search(self, terms: torch.Tensor, weights: torch.Tensor | None = None, k: int = 100,
@@ -374,7 +374,7 @@ class BM25Index:
         if max_cells is None:
             max_cells = SCRATCH_CELLS
         rows = max(1, min(bsz, max_cells // max(1, self.num_docs)))
-        per_slot = self.slot_postings(terms)  # one read per call, to plan the chunks (not part of a rollout step)
+        per_slot = self.slot_counts(terms)  # one read per call, to plan the chunks (not part of a rollout step)
         count = per_slot.sum(1)
         # chunks of rows with similar posting counts (each row's ranking is padded to its chunk's longest), at most
         # `rows` of them (the scratch) and CHUNK_POSTINGS postings (the temporaries) unless one row has more

@@ -74,9 +74,11 @@ def test_the_gpu_search_returns_the_cpu_kernels_top_k(cpu_world, gpu_world):
         env.step(torch.multinomial(env.legal().float(), 1, generator=gen).squeeze(1))
     terms, weights = env.terms, env.weights
     want = cpu_world.retriever.index.topk_keys(terms, weights, 100)
-    got = gpu_world.retriever.index.topk_keys(terms.to(CUDA), weights.to(CUDA), 100, max_cells=5 * 2000)
+    index = gpu_world.retriever.index
+    # a scratch of 5 rows (the collection's documents × 5 cells): several chunks, as a large batch would make
+    got = index.topk_keys(terms.to(CUDA), weights.to(CUDA), 100, max_cells=5 * index.num_docs)
     assert torch.equal(got.cpu(), want)
-    assert torch.equal(gpu_world.retriever.index.score(terms.to(CUDA), weights.to(CUDA)).cpu(),
+    assert torch.equal(index.score(terms.to(CUDA), weights.to(CUDA)).cpu(),
                        cpu_world.retriever.index.score(terms, weights))
 
 
