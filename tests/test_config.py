@@ -173,6 +173,9 @@ ANSERINI_PARITY = {"retrieval.analyzer": "lucene", "retrieval.stemmer": "porter"
 documents, and no stem variants (the index's terms are stems)."""
 ANSERINI_CHOSEN_ON_DEV: dict[str, set[str]] = {"cranfield": {"training.num_epochs"}}
 """Keys an -anserini config sets apart from its bm25s twin because dev chose them on the parity index."""
+ANSERINI_NOT_REMADE = {"rl_agent.max_steps_per_episode"}
+"""Keys the bm25s configs changed after the -anserini policies were made (10 steps, not 5): part of a policy's spec,
+so the parity index keeps the earlier value until its policies are re-made with the new one."""
 
 
 def flat_keys(cfg: Config) -> dict:
@@ -187,7 +190,7 @@ def test_anserini_configs_are_the_old_ones_on_the_parity_index(name):
     assert new["training.output_dir"] == f"runs/{name}-anserini"
     moved = {"training.output_dir"} | ({"training.init_from"} if name != "nfcorpus" else set())
     changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
-    assert changed - set(ANSERINI_PARITY) == moved | ANSERINI_CHOSEN_ON_DEV.get(name, set())
+    assert changed - set(ANSERINI_PARITY) == moved | ANSERINI_CHOSEN_ON_DEV.get(name, set()) | ANSERINI_NOT_REMADE
 
 
 # --- PPO precedence and aliases ------------------------------------------------------------------------------
