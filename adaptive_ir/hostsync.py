@@ -19,6 +19,7 @@ names them in the code and silences the detector there.
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -136,8 +137,6 @@ def cuda_sync_sites(fn) -> list[str]:
     """Run ``fn`` on a CUDA device under CUDA's own sync-debug mode (``torch.cuda.set_sync_debug_mode``) and return
     where each synchronising call it reported came from (``file:line``): a second witness beside ``SyncDetector``,
     which sees CUDA's own synchronisations too (inside torch, in copies), but only where a GPU runs."""
-    import warnings
-
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -117,7 +117,7 @@ def test_rollout_steps_and_ppo_minibatches_do_not_sync_on_cuda(gpu_world, dtype)
     settings = PPOSettings(epochs=2, minibatch_size=8, target_kl=0.5)
     stats = {}
     syncs = cuda_sync_sites(lambda: stats.update(ppo_update(agent, opt, amp, buf, qs, adv, ret, settings,
-                                                       torch.Generator(CUDA).manual_seed(0), samples)))
+                                                            torch.Generator(CUDA).manual_seed(0), samples)))
     assert stats["minibatches"] >= 2 * (settings.epochs + 1)
     # the KL stop read once per epoch and the statistics once, not per minibatch
     assert len(syncs) <= settings.epochs + 1, syncs
