@@ -319,6 +319,8 @@ def cmd_reformulate(args) -> int:
         return 0
     for r in results:
         print(f"query:     {r['query']}")
+        if r["start_terms"]:
+            print(f"start:     the query + RM3's {', '.join(r['start_terms'])}")
         print(f"added:     {', '.join(r['added_terms']) or '(none: STOP)'}")
         print(f"rewritten: {r['rewritten']}")
         for rank, (doc, score) in enumerate(r["top_docs"], 1):

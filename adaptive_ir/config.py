@@ -286,6 +286,11 @@ class RetrievalConfig:
     expansion_weighting: Literal["uniform", "score"] = "uniform"
     """uniform: every added term weighs expansion_weight; score: expansion_weight × the term's mean normalised
     miner score (in (0, 1]), so strong feedback terms weigh more, as in RM3."""
+    start: Literal["query", "rm3"] = "query"
+    """Where every rewrite starts (training, evaluation, the oracle and the fixed rules alike). query: the query's
+    own words. rm3: its RM3 expansion over the agent's feedback documents (candidate_mining's top_k0 documents, as
+    the rm3-semantic / rm3-feedback baselines; 10 terms, original weight 0.5), scaled so each query word weighs 1:
+    the agent adds its terms to that query, and STOP at once is that baseline."""
 
     @property
     def levels(self) -> tuple[float, ...]:

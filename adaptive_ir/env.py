@@ -1,6 +1,7 @@
 """The batched reformulation environment: B episodes in lockstep, as tensors on one device.
 
-An episode starts from a query q0. At each step the agent appends one of the query's M candidate terms at one of
+An episode starts from a query q0 (the query's words, each of weight 1, or a weighted query such as its RM3
+expansion: ``QuerySet.term_weights``). At each step the agent appends one of the query's M candidate terms at one of
 L weights (``levels``; a term can be chosen once) or takes STOP. Action a < M·L adds candidate a // L at weight
 ``levels[a % L]`` (candidate-major: a candidate's L actions are adjacent); action ``stop`` = M·L is STOP. After every step the rewritten query's ranking is scored
 against the qrels; the reward is the change of the reward metric, so an episode's undiscounted return telescopes
@@ -51,7 +52,7 @@ class QuerySet:
 
     qids: list[str]
     terms: torch.Tensor
-    """(Q, L0) query term ids, padded with the index's pad id."""
+    """(Q, L0) term ids of the query each episode starts from, padded with the index's pad id."""
     cand_terms: torch.Tensor
     """(Q, M) candidate term ids, pad id where invalid."""
     cand_valid: torch.Tensor
@@ -78,20 +79,30 @@ class QuerySet:
     start from; None: the env searches them once."""
     has_exclusions: bool = False
     """Whether any query excludes a document (host-side: the env skips the masking work when none does)."""
+    term_weights: torch.Tensor | None = None
+    """(Q, L0) float32 weights of ``terms`` (0 on padding); None: each term weighs 1 (a query's own words)."""
 
     @classmethod
     def build(cls, qids: list[str], query_terms: list[list[int]], cands: CandidateSet, term_rows: np.ndarray,
               q_rows: np.ndarray, qrels: dict[str, dict[str, int]] | None, doc_positions,
               pad_id: int, device: str | torch.device, cand_weight: np.ndarray | None = None,
-              exclude_docs: np.ndarray | None = None) -> "QuerySet":
+              exclude_docs: np.ndarray | None = None, query_weights: list[list[float]] | None = None
+              ) -> "QuerySet":
         """``term_rows[i, j]`` is the embedding row of candidate j of query i (already computed);
         ``doc_positions(ids)`` gives the corpus positions of document ids (-1 if unknown), e.g.
-        ``Collection.doc_positions``; ``exclude_docs`` (Q,) int64 corpus positions, -1 = none (the default)."""
+        ``Collection.doc_positions``; ``exclude_docs`` (Q,) int64 corpus positions, -1 = none (the default);
+        ``query_weights``: one weight per term of ``query_terms`` where the episodes start from a weighted query
+        (``retrieval.start``; the candidates' first rankings are then not theirs, and the env searches its own)."""
         q = len(qids)
         width = max(1, max((len(t) for t in query_terms), default=1))
         terms = np.full((q, width), pad_id, dtype=np.int64)
+        weights = None if query_weights is None else np.zeros((q, width), np.float32)
         for i, t in enumerate(query_terms):
             terms[i, : len(t)] = t
+            if weights is not None:
+                if len(query_weights[i]) != len(t):
+                    raise ValueError(f"query {qids[i]}: {len(query_weights[i])} weights for {len(t)} terms")
+                weights[i, : len(t)] = query_weights[i]
         # every judged pair at once (one id lookup for the whole split), then sorted and deduplicated per query
         judged = [[d for d, g in (qrels or {}).get(qid, {}).items() if g >= 1] for qid in qids]
         owner = np.repeat(np.arange(q, dtype=np.int64), [len(j) for j in judged])
@@ -113,7 +124,8 @@ class QuerySet:
                    cand_weight=t(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
                                  torch.float32),
                    exclude_docs=t(exclude), has_exclusions=bool((exclude >= 0).any()),
-                   first_keys=None if cands.first is None else t(cands.first))
+                   first_keys=None if cands.first is None or weights is not None else t(cands.first),
+                   term_weights=None if weights is None else t(weights))
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -208,7 +220,7 @@ class ReformulationEnv:
         width = min(self.k + 1, index.num_docs)
         first = queries.first_keys
         if scored and (first is None or first.shape[1] < width):
-            first = index.topk_keys(queries.terms, None, width)
+            first = index.topk_keys(queries.terms, queries.term_weights, width)
         self._first = first[:, :width] if scored else None
         self.lanes: torch.Tensor | None = None
         """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
@@ -227,7 +239,8 @@ class ReformulationEnv:
         self.terms = torch.full((b, l0 + self.max_steps), self.index.pad_id, dtype=torch.long, device=self.device)
         self.terms[:, :l0] = qs.terms[self.qidx]
         self.weights = torch.zeros(self.terms.shape, device=self.device)
-        self.weights[:, :l0] = (qs.terms[self.qidx] != self.index.pad_id).float()
+        self.weights[:, :l0] = ((qs.terms[self.qidx] != self.index.pad_id).float() if qs.term_weights is None
+                                else qs.term_weights[self.qidx])
         # per-episode candidate tables with one extra slot, M, where the actions of episodes that do not expand
         # are sent: a padding term of weight 0 and no postings, whose "chosen" flag is scratch
         pad = lambda x, value: torch.nn.functional.pad(x, (0, 1), value=value)  # noqa: E731

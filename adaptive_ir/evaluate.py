@@ -113,14 +113,23 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
 
     With ``feedback`` the feedback documents are the agent's semantic ones (equal weights): the fixed-rule
     baseline that shows what the learned term choice adds over better feedback documents alone."""
-    terms = retriever.encode(texts)
+    exp_terms, exp_weights = rm3_expansion(retriever, retriever.encode(texts), fb_docs, fb_terms, orig_weight,
+                                           feedback, query_vectors)
+    scores, idx = retriever.search(exp_terms, exp_weights, k=k)
+    return to_run(qids, retriever.doc_ids, scores, idx)
+
+
+def rm3_expansion(retriever: Retriever, terms: list[list[int]], fb_docs: int = RM3_FB_DOCS, fb_terms: int = 10,
+                  orig_weight: float = 0.5, feedback: SemanticFeedback | None = None,
+                  query_vectors: np.ndarray | None = None, unit_query: bool = False
+                  ) -> tuple[list[list[int]], list[list[float]]]:
+    """The RM3 queries of ``rm3_run`` as (term ids, weights) per query (``rm3_queries``; ``unit_query``: scaled so
+    that each query word weighs 1)."""
     fb_scores, fb_idx = feedback_documents(retriever, terms, fb_docs, feedback, query_vectors)
     rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
     # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does
     order = retriever.first_occurrences([i[w > 0] for i, w in zip(fb_idx, fb_scores)])
-    exp_terms, exp_weights = rm3_queries(terms, rm1, fb_terms, orig_weight, order)
-    scores, idx = retriever.search(exp_terms, exp_weights, k=k)
-    return to_run(qids, retriever.doc_ids, scores, idx)
+    return rm3_queries(terms, rm1, fb_terms, orig_weight, order, unit_query)
 
 
 def format_table(results: dict[str, dict[str, float]], title: str = "") -> str:

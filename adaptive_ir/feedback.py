@@ -91,23 +91,30 @@ def top_terms(row_matrix: sp.csr_matrix, q: int, n: int, order: Sequence[int] | 
 
 
 def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int = 10, orig_weight: float = 0.5,
-                tie_order: list[Sequence[int]] | None = None) -> tuple[list[list[int]], list[list[float]]]:
+                tie_order: list[Sequence[int]] | None = None, unit_query: bool = False
+                ) -> tuple[list[list[int]], list[list[float]]]:
     """RM3 expanded queries: orig_weight · (query term counts, L1-normalised) + (1 − orig_weight) · RM1
     pruned to its ``fb_terms`` heaviest terms and L1-normalised. Returns (term ids, weights) per query.
 
     ``tie_order[q]``: query q's feedback terms in order of first appearance in its feedback documents, which
     breaks ties in the pruning as the reference implementation behind ``BASELINES.md`` does (a ``Counter`` filled
-    document by document). Ties are common when one or two documents match a short query (NFCorpus)."""
+    document by document). Ties are common when one or two documents match a short query (NFCorpus).
+    ``unit_query``: the same queries scaled by |q| / orig_weight, so that each query word weighs 1 (its count), as
+    in the env, where an added term's weight is relative to the query's words; BM25 scores are linear in the
+    weights, so the ranking is the same."""
     out_terms, out_weights = [], []
     for q, terms in enumerate(query_terms):
         weights: dict[int, float] = {}
+        n = max(len(terms), 1)
+        word, expansion = (1.0, (1.0 - orig_weight) / orig_weight * n) if unit_query else (orig_weight / n,
+                                                                                          1.0 - orig_weight)
         for t in terms:
-            weights[t] = weights.get(t, 0.0) + orig_weight / len(terms)
+            weights[t] = weights.get(t, 0.0) + word
         cols, vals = top_terms(rm1, q, fb_terms, None if tie_order is None else tie_order[q])
         z = float(vals.sum())
         if z > 0:
             for t, v in zip(cols.tolist(), vals.tolist()):
-                weights[t] = weights.get(t, 0.0) + (1.0 - orig_weight) * v / z
+                weights[t] = weights.get(t, 0.0) + expansion * v / z
         out_terms.append(list(weights))
         out_weights.append(list(weights.values()))
     return out_terms, out_weights

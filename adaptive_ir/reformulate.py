@@ -106,17 +106,22 @@ class Reformulator:
                    describe_origin(path, state))
 
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
-        """For each query text: the rewritten query, the added terms, the rewrite as Lucene query syntax (the
+        """For each query text: the rewritten query, the terms the start added (``start_terms``: RM3's with
+        ``retrieval.start: rm3``, else none), the terms the agent added, the rewrite as Lucene query syntax (the
         analyzed terms with their weights, ``lucene_query``) and the top documents (id, score)."""
         qids = [f"q{i}" for i in range(len(queries))]
         qs, tables = self.ws.query_set("adhoc", qids, queries, None, cache_candidates=False)
         weighted: list[list[tuple[str, float]]] = []
         run, added = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables, weighted=weighted)
+        vocab, pad = self.ws.retriever.vocab.surface, self.ws.retriever.index.pad_id
+        own = self.ws.retriever.encode(queries)
         out = []
-        for qid, text, terms, pairs in zip(qids, queries, added, weighted):
+        for qid, text, words, start, terms, pairs in zip(qids, queries, own, qs.terms.tolist(), added, weighted):
             ranked = sorted(run[qid].items(), key=lambda kv: -kv[1])[:top_docs]
-            out.append({"query": text, "added_terms": terms, "rewritten": " ".join([text, *terms]),
-                        "lucene_query": lucene_query(pairs), "top_docs": ranked})
+            extra = [vocab[t] for t in start if t != pad and t not in words]
+            out.append({"query": text, "start_terms": extra, "added_terms": terms,
+                        "rewritten": " ".join([text, *extra, *terms]), "lucene_query": lucene_query(pairs),
+                        "top_docs": ranked})
         return out
 
 

@@ -20,6 +20,7 @@ from .data import Collection, load_collection
 from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
 from .env import QuerySet
 from .errors import DataError
+from .evaluate import rm3_expansion
 from .feedback import SemanticFeedback
 from .io import fingerprint
 from .progress import Phases
@@ -108,6 +109,17 @@ class Workspace:
         with self.phases(f"mine {name}", f"mine candidates ({name}, {len(query_terms)} queries)"):
             return mine_cached(self.miner, query_terms, cache, name, vectors)
 
+    def start_queries(self, texts: list[str], terms: list[list[int]], store: bool = True
+                      ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """The queries the rewrites start from (``retrieval.start``), as (term ids, weights): the queries' own
+        ``terms`` (weights None: 1 each), or their RM3 expansions over the agent's feedback documents, each query
+        word weighing 1."""
+        if self.cfg.retrieval.start == "query":
+            return terms, None
+        vectors = None if self.feedback is None else self.feedback_vectors(texts, store=store)
+        return rm3_expansion(self.retriever, terms, self.cfg.candidate_mining.top_k0, feedback=self.feedback,
+                             query_vectors=vectors, unit_query=True)
+
     def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
                   cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
         """Terms, candidates, embeddings and qrels of a list of queries, as device tensors.
@@ -139,8 +151,10 @@ class Workspace:
         # Nogueira & Cho's rule (data.exclude_query_title): the document whose title is the query never counts
         excluded = self.collection.excluded_docs(name)
         exclude = self.collection.doc_positions([excluded.get(q, "") for q in qids]) if excluded else None
-        qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
-                            self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude)
+        start_terms, start_weights = self.start_queries(texts, terms, cache_candidates)
+        qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
+                            self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude,
+                            query_weights=start_weights)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
         self.phases.add(f"query set {name}", time.perf_counter() - start)

@@ -5,8 +5,8 @@ documents, the bar a trained policy has to clear.
     python scripts/fixed_rules.py --config wikicar --data-dir <wikicar> --split dev --top-j 1,2,3,5
 
 The weights default to the config's own (``retrieval.expansion_weights``: every weight an action may choose).
-Prints one JSON line per (w, j) with the split's metrics (those of `adaptive-ir evaluate --json`); j = 0 is BM25
-itself. With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`),
+Prints one JSON line per (w, j) with the split's metrics (those of `adaptive-ir evaluate --json`); j = 0 is where
+the rewrites start: BM25 itself, or with ``retrieval.start: rm3`` the RM3 rule (whose expansion the j terms join). With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`),
 each line adds the paired tests of the agent (its per-query value: the mean over the files) against that rule on
 R@40 and nDCG@10, as `adaptive-ir compare` tests it against BM25. Reads the caches of the config's runs (index,
 candidates) like any command.
@@ -47,6 +47,9 @@ def main() -> None:
     qids, texts, qrels = ws.collection.split(args.split)
     terms = ws.retriever.encode(texts)
     cands = ws.candidates(args.split, texts, terms)
+    start, start_weights = ws.start_queries(texts, terms)  # where the agent's rewrites start (retrieval.start)
+    if start_weights is None:
+        start_weights = [[1.0] * len(q) for q in start]
     excluded = ws.collection.excluded_docs(args.split)
     tested = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
     agent = None
@@ -57,8 +60,8 @@ def main() -> None:
     for w in levels:
         for j in (int(x) for x in args.top_j.split(",")):
             added = [[int(t) for t in row[:j] if t >= 0] for row in cands.terms]
-            queries = [q + a for q, a in zip(terms, added)]
-            weights = [[1.0] * len(q) + [w] * len(a) for q, a in zip(terms, added)]
+            queries = [q + a for q, a in zip(start, added)]
+            weights = [qw + [w] * len(a) for qw, a in zip(start_weights, added)]
             scores, idx = ws.retriever.search(queries, weights, k=cfg.retrieval.top_k)
             run = drop_excluded(to_run(qids, ws.retriever.doc_ids, scores, idx), excluded)
             metrics = evaluate_run(qrels, run, qids=qids)

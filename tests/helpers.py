@@ -80,10 +80,11 @@ def tiny_config(output_dir: Path, **overrides):
 
 
 def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_candidates: int = 30,
-                device: str = "cpu"):
+                device: str = "cpu", start: str = "query"):
     """Train queries of the default collection as a QuerySet (real retriever, candidates and qrels) with seeded
     random embedding tables: everything the env, rollout and PPO need, without an embedding model. Mined on the
-    CPU; the index, QuerySet and tables then live on ``device``."""
+    CPU; the index, QuerySet and tables then live on ``device``. ``start`` = rm3: episodes start from each query's
+    RM3 expansion over its 5 best BM25 documents (``retrieval.start``)."""
     import numpy as np
 
     from adaptive_ir.candidates import CandidateMiner
@@ -99,8 +100,13 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     terms = retriever.encode(texts)
     cands = miner.mine(terms)
     rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
-    qs = QuerySet.build(qids, terms, cands, rows, np.arange(len(qids)), qrels,
-                        coll.doc_positions, retriever.index.pad_id, device)
+    start_terms, start_weights = terms, None
+    if start == "rm3":
+        from adaptive_ir.evaluate import rm3_expansion
+
+        start_terms, start_weights = rm3_expansion(retriever, terms, fb_docs=5, unit_query=True)
+    qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels,
+                        coll.doc_positions, retriever.index.pad_id, device, query_weights=start_weights)
     retriever.index.to(device)
     gen = torch.Generator().manual_seed(seed)
     tables = SimpleNamespace(query=torch.randn(len(qids), emb_dim, generator=gen).to(device),

@@ -184,17 +184,19 @@ def test_precompute(tmp_path):
     assert 0 < d["splits"]["train"]["feedback_search_thread_s"]
 
 
-def test_fixed_rules_script_adds_the_first_candidates_and_j0_is_bm25(tmp_path):
-    # j = 0 must be BM25 itself (evaluate --baselines on the same split); j = 2 adds terms, so it ranks differently
+@pytest.mark.parametrize("start, j0", [("query", "bm25"), ("rm3", "rm3-feedback")])
+def test_fixed_rules_script_adds_the_first_candidates_to_where_the_agent_starts(tmp_path, start, j0):
+    # j = 0 must be the rewrites' start: BM25 itself, or RM3 over the agent's feedback documents (quickstart: BM25's
+    # top 20, evaluate's rm3-feedback), on the same split; j = 2 adds terms, so it ranks differently
     out, base = tmp_path / "rules.json", tmp_path / "base.json"
-    common = ["--config", "quickstart", "--output-dir", str(tmp_path / "runs")]
+    common = ["--config", "quickstart", "--output-dir", str(tmp_path / "runs"), "--set", f"retrieval.start={start}"]
     for cmd in ([sys.executable, str(ROOT / "scripts" / "fixed_rules.py"), *common, "--data-dir", "unused",
                  "--set", "retrieval.expansion_weights=[0.5,2.0]", "--top-j", "0,2", "--json", str(out)],
                 [sys.executable, "-m", "adaptive_ir.cli", "evaluate", *common, "--split", "dev", "--baselines",
                  "--json", str(base)]):
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    rows, bm25 = json.loads(out.read_text()), json.loads(base.read_text())["bm25"]
+    rows, bm25 = json.loads(out.read_text()), json.loads(base.read_text())[j0]
     # the weights default to the config's action space
     assert [(r["w"], r["top_j"]) for r in rows] == [(0.5, 0), (0.5, 2), (2.0, 0), (2.0, 2)]
     assert rows[0]["R@40"] == pytest.approx(bm25["R@40"], abs=1e-4) and rows[2]["R@40"] == rows[0]["R@40"]

@@ -39,6 +39,16 @@ def gpu_world():
 
 @pytest.mark.parametrize("mix, weight", MIXES)
 def test_the_gpu_env_keeps_the_cpu_kernels_rankings_lanes_and_rewards(cpu_world, gpu_world, mix, weight):
+    same_steps(cpu_world, gpu_world, mix, weight)
+
+
+def test_the_gpu_env_started_from_rm3_keeps_the_cpu_kernels_rankings_lanes_and_rewards():
+    # retrieval.start = rm3: a weighted q0 of query words and RM3 terms, filled into the lanes slot by slot
+    same_steps(query_world(24, start="rm3"), query_world(24, device="cuda", start="rm3"), *MIXES[2])
+
+
+def same_steps(cpu_world, gpu_world, mix, weight) -> None:
+    """Random legal rollouts of both envs side by side: lanes and rankings equal bit for bit at every step."""
     qidx = torch.arange(0, 24, 2).repeat(3)[:23]  # fewer episodes than queries, repeats
     cpu = ReformulationEnv(cpu_world.qs, cpu_world.retriever.index, 4, K, mix, expansion_weight=weight, compact=True)
     gpu = ReformulationEnv(gpu_world.qs, gpu_world.retriever.index, 4, K, mix, expansion_weight=weight)

@@ -453,3 +453,32 @@ def test_excluded_document_is_never_retrieved_and_takes_no_rank(world):
     assert rel_top.any() and (env.metric[rel_top] < base.metric[rel_top]).all()
     # QuerySet.build takes the argument, default none
     assert (qs.exclude_docs == -1).all() and not qs.has_exclusions
+
+
+# ---------------------------------------------------------------------------------------------- weighted start
+def test_episodes_started_from_rm3_keep_rankings_equal_to_a_search_from_scratch(world):
+    # retrieval.start = rm3: q0 is each query's RM3 expansion, its words at weight 1; the env's first ranking is
+    # that query's RM3 run (the fixed rule), and every step keeps the rewritten query's ranking exactly
+    from adaptive_ir.evaluate import rm3_run
+
+    r, mix = world.retriever, {"recall": 1.0}
+    qs = query_world(NUM_QUERIES, start="rm3").qs
+    assert qs.first_keys is None and qs.terms.shape[1] > world.qs.terms.shape[1]
+    assert {1.0} < set(qs.term_weights[qs.terms != r.index.pad_id].tolist())  # query words 1, expansion terms not
+    qidx = torch.arange(len(qs))
+    runs = []
+    for compact in (True, False):
+        env = ReformulationEnv(qs, r.index, 3, K, mix, expansion_weight=(0.5, 2.0), compact=compact)
+        runs.append(random_rollout(env, qidx, seed=2, check=exact_check(env, relevant_sets(qs, qidx), mix)))
+    torch.testing.assert_close(runs[0], runs[1], atol=1e-6, rtol=0)
+    assert (runs[0][1:] != 0).any()
+    # the start is RM3 over the same 5 feedback documents, document for document
+    env = ReformulationEnv(qs, r.index, 3, K, mix)
+    env.reset(qidx)
+    rm3 = rm3_run(r, world.qids, world.texts, k=K, fb_docs=5)
+    for i, qid in enumerate(world.qids):
+        docs = [world.coll.doc_ids[d] for d in key_docs(env.topk[i][env.topk[i] >= 0]).tolist()]
+        assert docs == list(rm3[qid])
+    with pytest.raises(ValueError, match="2 weights for 1 terms"):
+        QuerySet.build(["q"], [[3]], world.cands, world.qs.cand_rows.numpy()[:1], np.arange(1), None,
+                       world.coll.doc_positions, r.index.pad_id, "cpu", query_weights=[[1.0, 2.0]])

@@ -10,7 +10,7 @@ import pytest
 
 from adaptive_ir.data import Collection, MemoryCorpus
 from adaptive_ir.evaluate import (MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, per_query,
-                                  rm3_run, to_run, write_trec_run)
+                                  rm3_expansion, rm3_run, to_run, write_trec_run)
 from adaptive_ir.feedback import relevance_model, rm3_queries
 from adaptive_ir.retrieval import Retriever
 
@@ -178,3 +178,19 @@ def test_format_table():
     assert lines[4] == "| bm25 | 0.5000 | 0.7500 |"
     assert lines[5] == "| agent | 0.6250 | – |"
     assert "**" not in format_table({"bm25": {"R@10": 0.5}})
+
+
+def test_rm3_with_unit_query_words_is_the_same_query_scaled():
+    # retrieval.start = rm3: each query word weighs 1 (its count), the whole query scaled by |q| / orig_weight
+    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    r = Retriever.build(coll)
+    terms = r.encode(["quick fox fox", "lazy dog"])
+    plain = rm3_expansion(r, terms, fb_docs=3, orig_weight=0.4)
+    unit = rm3_expansion(r, terms, fb_docs=3, orig_weight=0.4, unit_query=True)
+    assert plain[0] == unit[0]
+    for q, p, u in zip(terms, plain[1], unit[1]):
+        assert np.array(u) == pytest.approx(np.array(p) * len(q) / 0.4)
+    # the words keep their counts (plus their RM1 share); the whole query weighs |q| / orig_weight
+    fox, quick = (unit[0][0].index(r.encode([w])[0][0]) for w in ("fox", "quick"))
+    assert unit[1][0][fox] >= 2.0 and unit[1][0][quick] >= 1.0
+    assert sum(unit[1][0]) == pytest.approx(3 / 0.4) and sum(unit[1][1]) == pytest.approx(2 / 0.4)

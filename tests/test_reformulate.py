@@ -103,6 +103,31 @@ def test_reformulator_api_and_cli(trained, capsys):
     assert ref.origin in captured.err
 
 
+def test_a_rewrite_started_from_rm3_shows_and_searches_the_rm3_terms(trained):
+    # retrieval.start = rm3: the same agent rewrites from each query's RM3 expansion; the result names the terms RM3
+    # added, and its Lucene query carries them at their weights (the query's words at 1 or more)
+    import dataclasses
+
+    from adaptive_ir.evaluate import rm3_expansion
+
+    cfg, trainer = trained
+    cfg = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, start="rm3"))
+    ws = Workspace(cfg, torch.device("cpu"), progress=False)
+    _, texts, _ = ws.collection.split("test")
+    out = Reformulator(cfg, ws, trainer.agent, trainer.amp).reformulate(texts[:4], top_docs=3)
+    terms, weights = rm3_expansion(ws.retriever, ws.retriever.encode(texts[:4]), cfg.candidate_mining.top_k0,
+                                   unit_query=True)
+    vocab = ws.retriever.vocab.surface
+    for r, t, w in zip(out, terms, weights):
+        own = ws.retriever.encode([r["query"]])[0]
+        assert r["start_terms"] == [vocab[i] for i in t if i not in own] and r["start_terms"]
+        assert r["rewritten"].split() == r["query"].split() + r["start_terms"] + r["added_terms"]
+        lucene = dict(x.split("^") if "^" in x else (x, "1") for x in r["lucene_query"].split())
+        for i, wi in zip(t, w):
+            if vocab[i] not in r["added_terms"]:
+                assert float(lucene[vocab[i]]) == pytest.approx(wi, rel=1e-3)
+
+
 def test_oracle_never_lowers_the_reward_and_bounds_the_agent(trained):
     cfg, trainer = trained
     ws = Workspace(cfg, torch.device("cpu"), progress=False)  # the collection the agent was trained on
