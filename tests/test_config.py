@@ -176,6 +176,9 @@ ANSERINI_CHOSEN_ON_DEV: dict[str, set[str]] = {"cranfield": {"training.num_epoch
 ANSERINI_NOT_REMADE = {"rl_agent.max_steps_per_episode"}
 """Keys the bm25s configs changed after the -anserini policies were made (10 steps, not 5): part of a policy's spec,
 so the parity index keeps the earlier value until its policies are re-made with the new one."""
+ANSERINI_NOT_RERUN: dict[str, set[str]] = {"nfcorpus": {"retrieval.start"}}
+"""Keys a bm25s config changed on its own dev runs after the -anserini policies were made, not run on the parity
+index (NFCorpus's RM3 start)."""
 
 
 def flat_keys(cfg: Config) -> dict:
@@ -190,7 +193,8 @@ def test_anserini_configs_are_the_old_ones_on_the_parity_index(name):
     assert new["training.output_dir"] == f"runs/{name}-anserini"
     moved = {"training.output_dir"} | ({"training.init_from"} if name != "nfcorpus" else set())
     changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
-    assert changed - set(ANSERINI_PARITY) == moved | ANSERINI_CHOSEN_ON_DEV.get(name, set()) | ANSERINI_NOT_REMADE
+    assert changed - set(ANSERINI_PARITY) == (moved | ANSERINI_CHOSEN_ON_DEV.get(name, set()) | ANSERINI_NOT_REMADE
+                                              | ANSERINI_NOT_RERUN.get(name, set()))
 
 
 # --- PPO precedence and aliases ------------------------------------------------------------------------------
