@@ -7,7 +7,7 @@ Layout under the output folder (``--output-dir``, default ``training.output_dir`
     cache/                          caches shared by the seeds (unless embeddings.cache_dir names another)
     seed-<s>/                       seed s's training run: checkpoints/, logs/, trained.json (written when done)
     seed-<s>/runs/<split>.agent.trec
-    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback (methods.py), oracle
+    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback, rule-w<w>-j<j> (methods.py), oracle
     compare-<split>.json, .md       the table
 
 Every seed trains on the same train queries and is selected on the same dev queries: a carved dev split uses
@@ -32,7 +32,7 @@ from .config import Config, config_from_dict, config_to_dict, resolve_device
 from .errors import CheckpointError, ConfigError
 from .evaluate import METRIC_NAMES, per_query
 from .io import atomic_write_bytes, atomic_write_json
-from .methods import split_runs, write_runs
+from .methods import RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
 from .ppo import AmpContext
 from .stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
 from .checkpoint import build_agent, init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
@@ -44,11 +44,11 @@ log = logging.getLogger(__name__)
 
 DONE_FILE = "trained.json"
 """Written into a seed's folder once its training has finished: the config it ran and the trainer's summary."""
-SELECTION_METRIC = "R@40"
-"""The best fixed rule is the fixed rule with the higher mean of this metric on the compared split."""
 FIXED_RULES = ("rm3", "rm3-semantic", "rm3-feedback")
 """Fixed expansion rules the agent must beat: RM3, and RM3 over the agent's own feedback documents (rm3-semantic
-with semantic feedback, rm3-feedback with BM25's top top_k0 when that is not rm3's 10)."""
+with semantic feedback, rm3-feedback with BM25's top top_k0 when that is not rm3's 10); and the best rule of its
+own action space (``rule-w<w>-j<j>``, ``methods.rule_runs``). The best fixed rule is the one with the higher mean
+``SELECTION_METRIC`` on the compared split."""
 UNCHECKED_KEYS = {("system", "device"), ("system", "num_workers"), ("training", "output_dir"),
                   ("embeddings", "cache_dir")}
 """Settings that do not change what a seed's run computes (a run trained on another device, or moved, still
@@ -212,7 +212,7 @@ def build_report(ev: Evaluated, n_permutations: int = N_PERMUTATIONS, seed: int 
         if m == "agent":
             methods[m]["per_seed"] = {str(s): {k: float(v[k].mean()) for k in METRIC_NAMES}
                                       for s, v in zip(ev.seeds, per_seed)}
-    rules = [r for r in FIXED_RULES if r in ev.values]
+    rules = [r for r in ev.values if r in FIXED_RULES or r.startswith(RULE_PREFIX)]
     best_rule = max(rules, key=lambda r: methods[r]["mean"][SELECTION_METRIC]) if rules else None
     tests = {}
     if "agent" in ev.values:

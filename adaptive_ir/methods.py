@@ -4,22 +4,62 @@
 Methods: ``bm25``; ``rm3`` (BM25 + RM3 over BM25's top 10); ``rm3-semantic`` (RM3 over the agent's own semantic
 feedback documents, the fixed rule the learned term choice must beat, when ``candidate_mining.feedback`` is
 semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over BM25's top ``candidate_mining.top_k0``, when
-that is not 10, where ``rm3`` already is it); ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term
-choice with the qrels, the reachable upper bound). Metrics are means over every query of the split
-(``evaluate.per_query`` says which count as 0).
+that is not 10, where ``rm3`` already is it); ``rule-w<w>-j<j>`` (the best fixed rule of the agent's own action
+space on the split: the miner's first j candidates at weight w added to where the rewrites start, ``rule_runs``);
+``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term choice with the
+qrels, the reachable upper bound). Metrics are means over every query of the split (``evaluate.per_query`` says
+which count as 0).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import ir_measures
+
 from .config import Config
-from .evaluate import RM3_FB_DOCS, Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, write_trec_run
+from .evaluate import (RM3_FB_DOCS, Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, to_run,
+                       write_trec_run)
 from .oracle import oracle_run
 from .policy import Agent
 from .ppo import AmpContext
 from .reformulate import agent_run
 from .workspace import Workspace
+
+
+SELECTION_METRIC = "R@40"
+"""A fixed rule is chosen among others (the action-space rules here, the best fixed rule in ``compare``) by its mean
+of this metric on the split it is evaluated on: a choice that favours the rule."""
+RULE_DEPTHS = (1, 2, 3, 5, 8, 10)
+"""How many of the miner's first candidates a fixed rule adds (those within the step budget)."""
+RULE_PREFIX = "rule-"
+
+
+def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str],
+              levels: tuple[float, ...] | None = None, depths: tuple[int, ...] | None = None
+              ) -> dict[tuple[float, int], Run]:
+    """The fixed rules in the agent's own action space, {(w, j): run}: every query gets the miner's first j candidates
+    at weight w, added to where the agent's rewrites start (its words, or their RM3 expansion: ``retrieval.start``).
+    Same candidates, same weights, no learning. ``levels`` default to the config's weights, ``depths`` to
+    ``RULE_DEPTHS`` within ``rl_agent.max_steps_per_episode``; j = 0 is the start itself."""
+    levels = cfg.retrieval.levels if levels is None else levels
+    if depths is None:
+        depths = tuple(j for j in RULE_DEPTHS if j <= cfg.rl_agent.max_steps_per_episode)
+    terms = ws.retriever.encode(texts)
+    cands = ws.candidates(split, texts, terms)
+    start, start_weights = ws.start_queries(texts, terms)
+    if start_weights is None:
+        start_weights = [[1.0] * len(q) for q in start]
+    out = {}
+    for w in levels:
+        for j in depths:
+            added = [[int(t) for t, ok in zip(row[:j], valid[:j]) if ok]
+                     for row, valid in zip(cands.terms, cands.valid)]
+            scores, idx = ws.retriever.search([q + a for q, a in zip(start, added)],
+                                              [qw + [w] * len(a) for qw, a in zip(start_weights, added)],
+                                              k=cfg.retrieval.top_k)
+            out[(w, j)] = to_run(qids, ws.retriever.doc_ids, scores, idx)
+    return out
 
 
 def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = None, amp: AmpContext | None = None,
@@ -29,6 +69,7 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
     test split is read only here, never while training)."""
     ws.load_split(split)
     qids, texts, qrels = ws.collection.split(split)
+    excluded = ws.collection.excluded_docs(split)  # data.exclude_query_title: dropped from every method's list
     top_k = cfg.retrieval.top_k
     runs: dict[str, Run] = {}
     if baselines:
@@ -39,6 +80,13 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
                                            feedback=ws.feedback, query_vectors=ws.feedback_vectors(texts))
         elif cfg.candidate_mining.top_k0 != RM3_FB_DOCS:
             runs["rm3-feedback"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=cfg.candidate_mining.top_k0)
+        rules = rule_runs(cfg, ws, split, qids, texts)
+        if rules:  # the best on this split, as the best fixed rule is picked
+            by = [ir_measures.parse_measure(SELECTION_METRIC)]
+            score = {wj: evaluate_run(qrels, drop_excluded(run, excluded), by, qids)[SELECTION_METRIC]
+                     for wj, run in rules.items()}
+            w, j = max(score, key=score.get)
+            runs[f"{RULE_PREFIX}w{w:g}-j{j}"] = rules[(w, j)]
     if agent is not None:
         qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
         runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)
@@ -48,7 +96,6 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
         runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
                                     rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
                                     rc.levels, top_k)
-    excluded = ws.collection.excluded_docs(split)  # data.exclude_query_title: dropped from every method's list
     return qids, qrels, {name: drop_excluded(run, excluded) for name, run in runs.items()}
 
 

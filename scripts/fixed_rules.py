@@ -6,10 +6,12 @@ documents, the bar a trained policy has to clear.
 
 The weights default to the config's own (``retrieval.expansion_weights``: every weight an action may choose).
 Prints one JSON line per (w, j) with the split's metrics (those of `adaptive-ir evaluate --json`); j = 0 is where
-the rewrites start: BM25 itself, or with ``retrieval.start: rm3`` the RM3 rule (whose expansion the j terms join). With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`),
-each line adds the paired tests of the agent (its per-query value: the mean over the files) against that rule on
-R@40 and nDCG@10, as `adaptive-ir compare` tests it against BM25. Reads the caches of the config's runs (index,
-candidates) like any command.
+the rewrites start: BM25 itself, or with ``retrieval.start: rm3`` the RM3 rule (whose expansion the j terms join).
+With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`), each
+line adds the paired tests of the agent (its per-query value: the mean over the files) against that rule on R@40
+and nDCG@10, as `adaptive-ir compare` tests it against BM25. Reads the caches of the config's runs (index,
+candidates) like any command. `evaluate --baselines` and `compare` report the best of these rules (j within the
+step budget) as the method ``rule-w<w>-j<j>``; this script shows every one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import torch
 
 from adaptive_ir.cli import _overrides
 from adaptive_ir.config import load_config
-from adaptive_ir.evaluate import drop_excluded, evaluate_run, mean_per_query, per_query, to_run
+from adaptive_ir.evaluate import drop_excluded, evaluate_run, mean_per_query, per_query
+from adaptive_ir.methods import rule_runs
 from adaptive_ir.stats import paired
 from adaptive_ir.workspace import Workspace
 
@@ -45,31 +48,22 @@ def main() -> None:
     cfg = load_config(args.config, _overrides(args))
     ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=(args.split,))
     qids, texts, qrels = ws.collection.split(args.split)
-    terms = ws.retriever.encode(texts)
-    cands = ws.candidates(args.split, texts, terms)
-    start, start_weights = ws.start_queries(texts, terms)  # where the agent's rewrites start (retrieval.start)
-    if start_weights is None:
-        start_weights = [[1.0] * len(q) for q in start]
     excluded = ws.collection.excluded_docs(args.split)
     tested = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
     agent = None
     if args.against:  # per query, the mean over the seeds' runs
         agent = mean_per_query(qrels, args.against, tested, qids)
     rows = []
-    levels = cfg.retrieval.levels if args.weights is None else [float(x) for x in args.weights.split(",")]
-    for w in levels:
-        for j in (int(x) for x in args.top_j.split(",")):
-            added = [[int(t) for t in row[:j] if t >= 0] for row in cands.terms]
-            queries = [q + a for q, a in zip(start, added)]
-            weights = [qw + [w] * len(a) for qw, a in zip(start_weights, added)]
-            scores, idx = ws.retriever.search(queries, weights, k=cfg.retrieval.top_k)
-            run = drop_excluded(to_run(qids, ws.retriever.doc_ids, scores, idx), excluded)
-            metrics = evaluate_run(qrels, run, qids=qids)
-            rows.append({"split": args.split, "w": w, "top_j": j, **{k: round(v, 4) for k, v in metrics.items()}})
-            if agent is not None:
-                rule = per_query(qrels, run, tested, qids)
-                rows[-1]["agent_vs_rule"] = {m: paired(m, agent[m], rule[m]).to_dict() for m in agent}
-            print(json.dumps(rows[-1]), flush=True)
+    levels = cfg.retrieval.levels if args.weights is None else tuple(float(x) for x in args.weights.split(","))
+    depths = tuple(int(x) for x in args.top_j.split(","))
+    for (w, j), run in rule_runs(cfg, ws, args.split, qids, texts, levels, depths).items():
+        run = drop_excluded(run, excluded)
+        metrics = evaluate_run(qrels, run, qids=qids)
+        rows.append({"split": args.split, "w": w, "top_j": j, **{k: round(v, 4) for k, v in metrics.items()}})
+        if agent is not None:
+            rule = per_query(qrels, run, tested, qids)
+            rows[-1]["agent_vs_rule"] = {m: paired(m, agent[m], rule[m]).to_dict() for m in agent}
+        print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

@@ -44,8 +44,12 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     coll = make_default()  # what the quickstart config loads
     qids, texts, qrels = coll.split("test")
     assert report["queries"] == len(qids) == 80 and report["small_split"] and report["seeds"] == SEEDS
-    # BM25 feedback, top_k0 20: RM3 over the agent's own feedback documents is rm3-feedback (no semantic feedback)
-    assert list(report["methods"]) == ["bm25", "rm3", "rm3-feedback", "agent", "oracle"]
+    # BM25 feedback, top_k0 20: RM3 over the agent's own feedback documents is rm3-feedback (no semantic feedback);
+    # then the best fixed rule of the agent's action space on this split
+    methods = list(report["methods"])
+    rule = methods[3]
+    assert methods[:3] + methods[4:] == ["bm25", "rm3", "rm3-feedback", "agent", "oracle"]
+    assert rule.startswith("rule-w") and rule.split("-j")[0] == f"rule-w{cfg.retrieval.expansion_weight:g}"
     files = {m: s["run_files"] for m, s in report["methods"].items()}
     assert files["agent"] == [str(root / f"seed-{s}" / "runs" / "test.agent.trec") for s in SEEDS]
     assert files["bm25"] == [str(root / "runs" / "test.bm25.trec")]
@@ -63,8 +67,19 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     # BM25 as evaluate computes it on its own
     bm25 = evaluate_run(qrels, bm25_run(Retriever.build(coll), qids, texts, cfg.retrieval.top_k), qids=qids)
     assert report["methods"]["bm25"]["mean"] == pytest.approx(bm25, abs=1e-9)
-    # paired tests: the agent's per-query mean over seeds against BM25 and the best fixed rule (rm3 here)
-    assert report["best_fixed_rule"] == "rm3" and list(report["tests"]) == ["bm25", "rm3"]
+    # the rule is the best of the action space's rules on this split (j within the step budget)
+    import torch
+
+    from adaptive_ir.methods import rule_runs
+    from adaptive_ir.workspace import Workspace
+
+    ws = Workspace(cfg, torch.device("cpu"), collection=coll, progress=False)
+    r40 = {wj: evaluate_run(qrels, run, qids=qids)["R@40"] for wj, run in rule_runs(cfg, ws, "test", qids, texts).items()}
+    assert {j for _, j in r40} == {j for j in (1, 2, 3, 5, 8, 10) if j <= cfg.rl_agent.max_steps_per_episode}
+    assert report["methods"][rule]["mean"]["R@40"] == pytest.approx(max(r40.values()), abs=1e-9)
+    # paired tests: the agent's per-query mean over seeds against BM25 and the best fixed rule
+    best = max(["rm3", "rm3-feedback", rule], key=lambda m: report["methods"][m]["mean"]["R@40"])
+    assert report["best_fixed_rule"] == best and list(report["tests"]) == ["bm25", best]
     for other, rows in report["tests"].items():
         for row in rows:
             k = row["metric"]
@@ -219,7 +234,8 @@ def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_th
 
     cfg = tiny_config(tmp_path, **{"candidate_mining.feedback": "bm25", "candidate_mining.top_k0": top_k0})
     ws = Workspace(cfg, torch.device("cpu"), collection=make_default(), progress=False)
-    qids, _, runs = split_runs(cfg, ws, "dev")
+    qids, _, all_runs = split_runs(cfg, ws, "dev")
+    runs = {m: r for m, r in all_runs.items() if not m.startswith("rule-")}  # the action space's rule: elsewhere
     assert "rm3-feedback" in cmp.FIXED_RULES and "rm3-semantic" not in runs
     texts = ws.collection.split("dev")[1]
     if top_k0 == 10:
