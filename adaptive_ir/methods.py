@@ -51,15 +51,14 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
     if start_weights is None:
         start_weights = [[1.0] * len(q) for q in start]
     out = {}
-    for w in levels:
-        for j in depths:
-            added = [[int(t) for t, ok in zip(row[:j], valid[:j]) if ok]
-                     for row, valid in zip(cands.terms, cands.valid)]
-            scores, idx = ws.retriever.search([q + a for q, a in zip(start, added)],
-                                              [qw + [w] * len(a) for qw, a in zip(start_weights, added)],
+    for j in depths:
+        added = [[int(t) for t, ok in zip(row[:j], valid[:j]) if ok] for row, valid in zip(cands.terms, cands.valid)]
+        queries = [q + a for q, a in zip(start, added)]
+        for w in levels:
+            scores, idx = ws.retriever.search(queries, [qw + [w] * len(a) for qw, a in zip(start_weights, added)],
                                               k=cfg.retrieval.top_k)
             out[(w, j)] = to_run(qids, ws.retriever.doc_ids, scores, idx)
-    return out
+    return {(w, j): out[(w, j)] for w in levels for j in depths}  # weight-major, as the script prints them
 
 
 def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = None, amp: AmpContext | None = None,

@@ -69,6 +69,8 @@ class Workspace:
                                           cache_dir=cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
             self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity)
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
+        self._last_start: tuple[tuple[str, ...], tuple] | None = None
+        """The last RM3 start (its query texts, the result): a split's rules, agent and oracle start from it alike."""
         self.miner = CandidateMiner(self.retriever, cm.methods, cm.top_k0, cm.max_candidates, cm.min_candidates,
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
                                     stem_variants=cm.stem_variants, feedback=self.feedback, progress=progress,
@@ -116,9 +118,14 @@ class Workspace:
         word weighing 1."""
         if self.cfg.retrieval.start == "query":
             return terms, None
+        key = tuple(texts)
+        if self._last_start is not None and self._last_start[0] == key:
+            return self._last_start[1]
         vectors = None if self.feedback is None else self.feedback_vectors(texts, store=store)
-        return rm3_expansion(self.retriever, terms, self.cfg.candidate_mining.top_k0, feedback=self.feedback,
-                             query_vectors=vectors, unit_query=True)
+        start = rm3_expansion(self.retriever, terms, self.cfg.candidate_mining.top_k0, feedback=self.feedback,
+                              query_vectors=vectors, unit_query=True)
+        self._last_start = (key, start)
+        return start
 
     def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
                   cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
