@@ -45,14 +45,27 @@ def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
-    """torch.save into memory, then an atomic write plus a sha256 sidecar checked on load."""
+    """torch.save into memory, then an atomic write plus a sha256 sidecar checked on load.
+
+    The sidecar goes first and also names the digest of the file it replaces, so a run killed between the two
+    writes leaves the previous checkpoint loadable (the new sidecar accepts it), never a checksum mismatch."""
     buf = io.BytesIO()
     torch.save(state, buf)
     data = buf.getvalue()
     run = state.get("run") or {}
+    side = Path(str(path) + ".json")
+    previous = _sidecar(side).get("sha256") if Path(path).is_file() else None
+    atomic_write_json(side, {"sha256": sha256(data), "previous_sha256": previous, "format": CHECKPOINT_FORMAT,
+                             "update": state["counters"]["update"], "run": run.get("id")})
     atomic_write_bytes(path, data)
-    atomic_write_json(Path(str(path) + ".json"), {"sha256": sha256(data), "format": CHECKPOINT_FORMAT,
-                                                  "update": state["counters"]["update"], "run": run.get("id")})
+
+
+def _sidecar(side: Path) -> dict:
+    """A checkpoint's sidecar (empty when absent or unreadable: the checksum is then not checked)."""
+    try:
+        return json.loads(side.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 RESUME_ADVICE = ("use the config it was trained with (its own is stored in it: adaptive-ir reformulate reads it), "
@@ -175,10 +188,9 @@ def read_checkpoint(path: str | Path) -> tuple[dict, str]:
         raise CheckpointError(f"checkpoint not found: {path.resolve()}")
     data = path.read_bytes()
     digest = sha256(data)
-    side = Path(str(path) + ".json")
-    if side.is_file():
-        expected = json.loads(side.read_text()).get("sha256")
-        if expected and expected != digest:
+    side = _sidecar(Path(str(path) + ".json"))
+    if side.get("sha256"):
+        if digest not in (side["sha256"], side.get("previous_sha256")):
             raise CheckpointError(f"{path}: checksum mismatch (the file is damaged or was partly written); "
                                   "use another checkpoint (last.pt / best.pt) or retrain")
     try:

@@ -37,9 +37,12 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
                        "dev_selection": counters.get("best"), "run": state.get("run"),
                        "init_from_sha256": state.get("init_from_sha256"),
                        "command": run_command(state.get("run"))}}
+    # the spec (it holds the weights' sha256) is the commit mark: removed first and written last, so an export
+    # killed midway leaves a folder that is refused as incomplete, never old weights under a new spec or the reverse
+    (folder / SPEC).unlink(missing_ok=True)
     atomic_write_bytes(folder / WEIGHTS, weights)
-    atomic_write_json(folder / SPEC, meta)
     atomic_write_bytes(folder / CARD, model_card(meta).encode("utf-8"))
+    atomic_write_json(folder / SPEC, meta)
     return folder
 
 

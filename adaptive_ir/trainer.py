@@ -303,9 +303,11 @@ class Trainer:
                 bar.set_postfix(ret=f"{stats['return']:.3f}", eps=f"{row['charts/episodes_per_s']:.0f}/s")
                 stop = False
                 if self.dev_qs is not None and self._eval_due(episodes_before):
+                    consistent = False  # an evaluation that fails is redone on resume: last.pt stays behind it
                     t_eval = time.perf_counter()
                     stop = self._evaluate_dev(monitor)
                     self.ws.phases.add("dev evaluation", time.perf_counter() - t_eval)
+                    consistent = True
                 if self.is_main and self.update % tc.save_freq == 0:
                     self.save(self.ckpt_dir / "last.pt")
                 if self.world > 1:

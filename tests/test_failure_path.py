@@ -74,6 +74,30 @@ def test_an_exception_mid_update_leaves_last_pt_and_resume_logs_each_update_once
     assert purge_steps(out / "logs") == [steps_at_2 + 1]
 
 
+def test_a_failed_dev_evaluation_is_redone_on_resume(tmp_path, monkeypatch, reference):
+    # the dev evaluation after update 4 fails: last.pt must not be written at update 4 (a resume would skip that
+    # evaluation, and with it the last model's chance to be picked); it stays at update 2 and the resumed run's
+    # log equals an unbroken run's, dev rows included
+    out = tmp_path / "run"
+    original, calls = Trainer._evaluate_dev, []
+
+    def failing_eval(self, monitor):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure in the dev evaluation of update 4")
+        return original(self, monitor)
+
+    monkeypatch.setattr(Trainer, "_evaluate_dev", failing_eval)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        Trainer(tiny_config(out, **RUN), progress=False, collection=default_collection()).train()
+    last = out / "checkpoints" / "last.pt"
+    assert load_checkpoint(last)["counters"]["update"] == 2
+    monkeypatch.setattr(Trainer, "_evaluate_dev", original)
+    Trainer(tiny_config(out, **RUN), resume=last, progress=False, collection=default_collection()).train()
+    assert rows(out) == rows(reference)
+    assert [r["update"] for r in rows(out) if "dev/R@40" in r] == [2, 4]
+
+
 def purge_steps(log_dir: Path) -> list[int]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.compat.proto.event_pb2 import SessionLog

@@ -200,6 +200,28 @@ def test_failed_replace_keeps_the_old_file_and_no_temporary(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
 
 
+@pytest.mark.parametrize("crash_in", ["atomic_write_json", "atomic_write_bytes"])
+def test_a_run_killed_between_checkpoint_and_sidecar_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch,
+                                                                                            crash_in):
+    # the checkpoint and its sha256 sidecar are two files: whichever write a kill lands between, the previous
+    # checkpoint must still load (a checksum mismatch would leave --resume nothing to resume from)
+    from adaptive_ir import checkpoint as ckmod
+
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"format": 1, "counters": {"update": 7}, "w": torch.arange(10.0)})
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckmod, crash_in, killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"format": 1, "counters": {"update": 8}, "w": torch.arange(10.0) + 1})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["counters"]["update"] == 7
+    save_checkpoint(path, {"format": 1, "counters": {"update": 9}, "w": torch.zeros(3)})
+    assert load_checkpoint(path)["counters"]["update"] == 9
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_damaged_checkpoint_is_rejected_by_its_checksum(tmp_path, damage):
     path = tmp_path / "last.pt"
