@@ -172,7 +172,8 @@ class Trainer:
             self.sources.append(self._also_source(folder, self._sampler_seed(seed, i)))
         self.share = self._shares()
         """Probability that an update rolls out on each source (sources[0]: data_dir's train queries)."""
-        self.source_gen = torch.Generator().manual_seed(seed + 4)
+        # the same stream on every rank: DDP ranks roll out an update on the same collection
+        self.source_gen = torch.Generator().manual_seed(cfg.system.seed + 4)
         self.also_data = [{"name": src.name, **src.data} for src in self.sources[1:]]
         """The identity of each data.also_train_on collection (recorded in checkpoints and exported cards)."""
         primary = self.sources[0]
@@ -515,15 +516,14 @@ class Trainer:
             self.sources[0].sampler.load_state_dict(s["sampler"])
             for src, state in zip(self.sources[1:], s.get("also_samplers", [])):
                 src.sampler.load_state_dict(state)
-            if "source_rng" in s:
-                self.source_gen.set_state(s["source_rng"])
         else:  # other DDP ranks start fresh streams, offset by the update so they do not replay the first ones
             seed = self.cfg.system.seed + RANK_SEED_STRIDE * self.rank + 3 * c["update"]
             self.action_gen.manual_seed(seed)
             self.minibatch_gen.manual_seed(seed + 1)
-            self.source_gen.manual_seed(seed + 4)
             for i, src in enumerate(self.sources):
                 src.sampler = EpochSampler(len(src.shard), torch.Generator().manual_seed(self._sampler_seed(seed, i)))
+        if "source_rng" in s:  # every rank: the collection drawn per update must stay the same on all
+            self.source_gen.set_state(s["source_rng"])
         self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
         self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
         self.best_episodes = c.get("best_episodes", 0)  # absent from checkpoints of older versions

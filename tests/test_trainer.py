@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -284,15 +285,19 @@ def test_warm_start_raises_the_first_step_reward_and_is_done_once(tmp_path):
     assert len([r for r in rows(more) if "warm_start/expected_after" in r]) == 1
 
 
-def test_training_on_several_collections_draws_each_update_from_one_and_resumes_exactly(tmp_path):
-    # data_dir and a second collection (the default generator with another seed), both as BEIR folders; the
-    # sentence model, since LSA would give each corpus its own space
+def two_collections(tmp_path: Path) -> dict:
+    """Overrides for data_dir and a second collection (the default generator with another seed), both as BEIR
+    folders; the sentence model, since LSA would give each corpus its own space."""
     main_dir = collection_as_beir(default_collection(), tmp_path / "main", max_queries=48)
     other_dir = collection_as_beir(default_collection(seed=7), tmp_path / "other", max_queries=48)
-    overrides = {"data.dataset_type": "beir", "data.data_dir": main_dir, "data.also_train_on": f"[{other_dir}]",
-                 "data.also_train_share": 0.5, "embeddings.type": "sentence-transformers",
-                 "embeddings.embedding_dim": "null", "embeddings.cache_dir": tmp_path / "cache",
-                 "training.num_epochs": 4}
+    return {"data.dataset_type": "beir", "data.data_dir": main_dir, "data.also_train_on": f"[{other_dir}]",
+            "data.also_train_share": 0.5, "embeddings.type": "sentence-transformers",
+            "embeddings.embedding_dim": "null", "embeddings.cache_dir": tmp_path / "cache",
+            "training.num_epochs": 4}
+
+
+def test_training_on_several_collections_draws_each_update_from_one_and_resumes_exactly(tmp_path):
+    overrides = two_collections(tmp_path)
 
     def run(name: str, interrupt_at: int | None = None, resume=None) -> tuple[Trainer, list[str], dict]:
         cfg = tiny_config(tmp_path / name, **overrides)
@@ -321,6 +326,30 @@ def test_training_on_several_collections_draws_each_update_from_one_and_resumes_
     resumed, used_rest, out = run("cut", resume=tmp_path / "cut" / "checkpoints" / "last.pt")
     assert used_cut + used_rest == used and out["updates"] == 6
     assert_same_state(state(full), state(resumed))
+
+
+def test_ddp_ranks_draw_the_same_collection_for_every_update(tmp_path, monkeypatch):
+    # under torchrun each rank rolls out its own queries, but an update is on one collection on every rank (its
+    # gradients are all-reduced): rank 1's draws equal rank 0's, also after a resume from rank 0's checkpoint
+    from adaptive_ir import trainer as trainer_module
+
+    overrides = two_collections(tmp_path)
+    # no process group: nothing to wrap, nobody to wait for
+    monkeypatch.setattr(trainer_module, "parallel_wrapper", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.distributed, "barrier", lambda *args, **kwargs: None)
+    draws = []
+    for rank in (0, 1):
+        monkeypatch.setattr(trainer_module, "dist_info", lambda rank=rank: (rank, 2))
+        t = Trainer(tiny_config(tmp_path / f"rank{rank}", **overrides), progress=False)
+        assert t.rank == rank and len(t.shard) == 24  # its own half of the queries
+        draws.append([t._next_source().name for _ in range(16)])
+        if rank == 0:
+            t.save(tmp_path / "rank0.pt")
+            draws[0] += [t._next_source().name for _ in range(16)]
+        else:
+            t.load(tmp_path / "rank0.pt")
+            draws[1] += [t._next_source().name for _ in range(16)]
+    assert draws[0] == draws[1] and set(draws[0]) == {"main", "other"}
 
 
 def test_several_collections_need_folders_and_one_embedding_space(tmp_path):
