@@ -23,6 +23,7 @@ resumes at the first missing chunk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -66,6 +67,9 @@ class LSAEmbedder:
                          "corpus": fingerprint((corpus.num_docs, len(corpus.vocab)), corpus.num_postings,
                                                corpus.vocab.terms[:50])}
         meta = {**self.identity, "corpus_sha256": corpus_key}
+        self.cache_key = meta
+        """What cached vectors depend on: the fit's corpus itself (the identity, which policy specs record, only
+        summarises it)."""
         folder = None if cache_dir is None or corpus_key is None else Path(cache_dir) / f"lsa-{fingerprint(meta)}"
         arrays = None if folder is None else load_arrays(folder, meta)
         if arrays is not None:
@@ -134,6 +138,9 @@ class SentenceTransformerEmbedder:
                 hf_logging.enable_progress_bar()
         self.batch_size = batch_size
         self.identity = {"provider": "sentence-transformers", "model": Path(path).name or str(path)}
+        self.cache_key = {**self.identity, "files": model_files_digest(path)}
+        """What cached vectors depend on: the model's files, not only its folder's name (the identity, which policy
+        specs record): two fine-tuned models in folders named alike must not share a cache."""
 
     @property
     def dim(self) -> int:
@@ -195,6 +202,7 @@ class LegacyWord2VecEmbedder:
         self.analyzer = analyzer
         self._token_re = re.compile(TOKEN_PATTERN)
         self.identity = {"provider": "legacy", "file": p.name, "size": p.stat().st_size}
+        self.cache_key = self.identity
 
     @property
     def dim(self) -> int:
@@ -221,6 +229,22 @@ class LegacyWord2VecEmbedder:
         if oov:
             log.info("legacy word2vec: %d of %d texts have no known word (zero vector)", oov, len(texts))
         return _normalise(out)
+
+
+def model_files_digest(path: str) -> str | None:
+    """sha256 over a model folder's files (relative paths and contents; hidden ones left out), None when ``path``
+    is not a folder (a name resolved from the local HF cache, known by its name alone). MiniLM: 0.1-0.2 s."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and not any(
+            part.startswith(".") for part in p.relative_to(folder).parts)):
+        h.update(f.relative_to(folder).as_posix().encode("utf-8") + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
 
 
 def _repair_mojibake(word: str) -> str:

@@ -99,7 +99,7 @@ class Workspace:
                                           ec.embedding_dim or cfg.rl_agent.embedding_dim, cfg.system.seed,
                                           ec.batch_size, "cuda" if device.type == "cuda" else "cpu",
                                           cache_dir=cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
-            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.identity)
+            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.cache_key)
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self._last_start: tuple[tuple[str, ...], tuple] | None = None
         """The last RM3 start (its query texts, the result): a split's rules, agent and oracle start from it alike."""
@@ -121,12 +121,12 @@ class Workspace:
                 self.fb_embedder = SentenceTransformerEmbedder(
                     cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
                     key="candidate_mining.reranker_path")
-            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.identity)
-        meta = {"model": self.fb_embedder.identity, "corpus": self.retriever.corpus_sha256}
+            self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
+        meta = {"model": self.fb_embedder.cache_key, "corpus": self.retriever.corpus_sha256}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
         with self.phases("encode documents"):
             vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
-        return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.identity)
+        return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.cache_key)
 
     @property
     def feature_dim(self) -> int:

