@@ -145,12 +145,15 @@ def test_stored_logprobs_are_recomputed_exactly(world, levels, num_layers):
     torch.testing.assert_close(values, buf.values.reshape(-1)[idx], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_first_minibatch_ratio_is_one_even_with_dropout_configured(tmp_path, dropout):
+def test_first_minibatch_ratio_is_one_even_with_dropout_configured(tmp_path, caplog):
     # the configured policy (a transformer layer, where dropout would act), a real rollout, and a step of lr 0:
-    # the update must recompute exactly the rollout's probabilities
-    cfg = tiny_config(tmp_path, **{"rl_agent.num_layers": 1, "rl_agent.dropout": dropout})
+    # the update must recompute exactly the rollout's probabilities. The seed's rl_agent.dropout is accepted but not
+    # applied (it would break that), and the user is told
+    cfg = tiny_config(tmp_path, **{"rl_agent.num_layers": 1, "rl_agent.dropout": 0.3})
+    assert "rl_agent.dropout: 0.3 is not applied" in caplog.text
     t = Trainer(cfg, progress=False, collection=default_collection())
+    dropouts = [m for m in t.agent.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(m.p == 0.0 for m in dropouts)  # the transformer layer's, held at 0
     stats = t._collect()
     adv, ret = compute_gae(t.buf.rewards, t.buf.values, t.buf.terminated, t.buf.alive, 0.99, 0.95)
     t.agent.use_tables(t.train_tables)

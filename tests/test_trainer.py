@@ -102,16 +102,26 @@ def test_the_whole_dev_split_scores_an_earlier_sample_best_checkpoint(tmp_path):
                                          "training.eval_every_episodes": 32, "training.dev_subsample": 20})
     trainer = Trainer(cfg, progress=False, collection=default_collection())
     trainer.train()
-    best = load_checkpoint(cfg.training.checkpoint_path_dir / "best.pt")
-    trainer.best_update = trainer.update - 1  # as if the sample had picked an earlier update
     qs, tables = trainer.ws.split("dev")
-    last_model = {k: v.clone() for k, v in trainer.agent.core.state_dict().items()}
+    core, best_path = trainer.agent.core, cfg.training.checkpoint_path_dir / "best.pt"
+    last_model = {k: v.clone() for k, v in core.state_dict().items()}
+    last_score = trainer._dev_score(qs, tables)[1]
+    # as if the sample had picked an earlier update, one that surely scores otherwise: a policy that always stops
+    core.load_state_dict({**last_model, "stop_bias": torch.tensor(1e4)})
+    trainer.save(best_path)
+    stop_score = trainer._dev_score(qs, tables)[1]
+    assert stop_score != last_score  # the two candidates are told apart
+    core.load_state_dict(last_model)
+    trainer.best_update = trainer.update - 1
     monitor = Monitor(tmp_path / "logs", None)
     trainer._pick_on_full_dev(monitor)
     monitor.close()
-    assert_same_state(trainer.agent.core.state_dict(), last_model)  # left at the last model
-    trainer.agent.core.load_state_dict(best["model"])
-    assert trainer.full_dev["sample_best"] == trainer._dev_score(qs, tables)[1]
+    assert_same_state(core.state_dict(), last_model)  # left at the last model
+    assert trainer.full_dev["sample_best"] == stop_score and trainer.full_dev["last"] == last_score
+    better_is_last = last_score > stop_score
+    assert trainer.full_dev["chosen"] == ("last" if better_is_last else "sample_best")
+    picked = load_checkpoint(best_path)["model"]["stop_bias"]
+    assert (picked == last_model["stop_bias"]).item() is better_is_last
 
 
 def test_dev_evaluated_every_so_many_episodes_on_a_fixed_sample_and_picked_on_the_whole_split(tmp_path):
