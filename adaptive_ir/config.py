@@ -315,7 +315,8 @@ class TrainingConfig:
     collect_batch_size: Count = 32
     """B: episodes rolled out in lockstep per policy forward."""
     episodes_per_update: Count = 256
-    """Episodes collected before each PPO update."""
+    """Episodes collected before each PPO update, rounded up to whole rounds of collect_batch_size (with a
+    warning)."""
     ppo_epochs: Count = 4
     """Passes over the collected rollout per update."""
     learning_rate: PosFloat = 3e-4
@@ -386,7 +387,8 @@ class TrainingConfig:
     log_freq: Count = 10
     """Log every N updates."""
     buffer_size: Count = 50000
-    """Most transitions the rollout buffer may hold; episodes_per_update × max_steps_per_episode must fit."""
+    """Most transitions the rollout buffer may hold (a memory guard: the buffer is sized to an update's episodes ×
+    max_steps_per_episode, which must fit)."""
     embedding_cache_size: Count = 200000
     """Accepted from the seed, unused (a warning says so): the embedding cache keeps whole tables (a split's
     queries, its candidate terms), keyed by their texts, and drops none, so a run never re-encodes what it
@@ -845,10 +847,15 @@ def _validate(cfg: Config, origins: _Origins) -> None:
              "trained elsewhere as it is)")
     if training.reward_weights is not None and not any(training.reward_weights.values()):
         fail("training.reward_weights", "needs at least one positive weight (recall, mrr)")
-    needed = training.episodes_per_update * agent.max_steps_per_episode
+    episodes = -(-training.episodes_per_update // training.collect_batch_size) * training.collect_batch_size
+    if episodes != training.episodes_per_update:
+        log.warning("training.episodes_per_update: %d is not a multiple of training.collect_batch_size (%d); each "
+                    "update rolls out %d episodes (whole lockstep rounds)", training.episodes_per_update,
+                    training.collect_batch_size, episodes)
+    needed = episodes * agent.max_steps_per_episode
     if needed > training.buffer_size:
-        fail("training.buffer_size", f"{training.buffer_size} cannot hold episodes_per_update × max_steps_per_episode "
-             f"= {training.episodes_per_update} × {agent.max_steps_per_episode} = {needed} transitions; lower "
+        fail("training.buffer_size", f"{training.buffer_size} cannot hold the {episodes} episodes of an update × "
+             f"max_steps_per_episode {agent.max_steps_per_episode} = {needed} transitions; lower "
              "training.episodes_per_update or rl_agent.max_steps_per_episode, or raise training.buffer_size")
 
 

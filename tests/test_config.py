@@ -348,6 +348,21 @@ def test_buffer_too_small_says_what_to_lower(tmp_path):
     assert "training.buffer_size" in message and "1280" in message and "episodes_per_update" in message
 
 
+def test_an_update_rolls_out_whole_rounds_and_the_buffer_check_counts_them(tmp_path, caplog):
+    # 100 episodes in rounds of 64 are 128: the trainer rolls out 128 × 5 = 640 transitions, which 500 cannot hold
+    path = write(tmp_path, """
+        training: {episodes_per_update: 100, collect_batch_size: 64, buffer_size: 500}
+        rl_agent: {max_steps_per_episode: 5}
+    """)
+    assert "640" in error_of(path)
+    assert "each update rolls out 128 episodes" in caplog.text
+    ok = write(tmp_path, """
+        training: {episodes_per_update: 100, collect_batch_size: 64, buffer_size: 640}
+        rl_agent: {max_steps_per_episode: 5}
+    """)
+    assert load_config(str(ok)).training.episodes_per_update == 100
+
+
 def test_cross_field_checks(tmp_path):
     assert "num_heads" in error_of(write(tmp_path, "rl_agent: {hidden_dim: 30, num_heads: 4}\n"))
     assert "min_candidates" in error_of(write(tmp_path, "candidate_mining: {min_candidates: 60}\n"))
