@@ -66,7 +66,6 @@ def train(config: str | Path | Config = "quickstart", *, test: bool = False, res
     gets its folder (the config's own numbered when taken, as on the command line, unless
     ``training.output_dir`` is given), run.json, checkpoints and logs. ``resume`` / ``checkpoint`` /
     ``overwrite``: as the flags of the same names. ``test``: evaluate the best checkpoint on test afterwards."""
-    from .errors import AdaptiveIRError
     from .rundir import LOCATION_KEYS, start_run
     from .trainer import Trainer
 
@@ -79,12 +78,9 @@ def train(config: str | Path | Config = "quickstart", *, test: bool = False, res
         result = trainer.train()
         results = trainer.test() if test and not result["interrupted"] else None
     except BaseException as e:
-        interrupted = isinstance(e, KeyboardInterrupt)
-        run.finish("interrupted" if interrupted else "failed",
-                   130 if interrupted else 2 if isinstance(e, AdaptiveIRError) else 1,
-                   None if interrupted else f"{type(e).__name__}: {e}")
+        run.finish_raised(e)
         raise
-    run.finish("interrupted" if result["interrupted"] else "completed", 0)
+    run.finish_trained(result, trainer.stop_signal)
     return TrainResult(run.record["id"], Path(run.cfg.training.output_dir), run.cfg, result["updates"],
                        result["best_dev"], result["best_update"], result["interrupted"], results)
 

@@ -147,12 +147,10 @@ def _init_distributed() -> str | None:
 
 
 def cmd_train(args) -> int:
-    import signal
 
     import torch.distributed as dist
 
     from .config import load_config
-    from .errors import AdaptiveIRError
     from .evaluate import format_table
     from .trainer import Trainer
 
@@ -175,10 +173,7 @@ def cmd_train(args) -> int:
                 results = trainer.test()  # rank 0 alone: every rank ends with the same parameters
         except BaseException as e:
             if run is not None:
-                interrupted = isinstance(e, KeyboardInterrupt)
-                run.finish("interrupted" if interrupted else "failed",
-                           130 if interrupted else 2 if isinstance(e, AdaptiveIRError) else 1,
-                           None if interrupted else f"{type(e).__name__}: {e}")
+                run.finish_raised(e)
             raise
     finally:
         if device is not None:
@@ -188,14 +183,12 @@ def cmd_train(args) -> int:
     print(f"trained {result['updates']} updates; best dev {result['best_dev']:.4f} at update "
           f"{result['best_update']}; checkpoints in {cfg.training.checkpoint_path_dir}")
     if result["interrupted"]:
-        rc = 130 if trainer.stop_signal == signal.SIGINT else 0
-        run.finish("interrupted", rc, result=result)
         print(f"interrupted: resume with --checkpoint {cfg.training.checkpoint_path_dir / 'last.pt'}")
-        return rc
+        return run.finish_trained(result, trainer.stop_signal)
     if results is not None:
         print(format_table(results, f"{trainer.ws.collection.name} / test"))
         print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
-    run.finish("completed", 0, result=result)
+    run.finish_trained(result, trainer.stop_signal)
     print(f"run {run.record['id']} completed: results in {cfg.training.output_dir} "
           "(run.json says what produced them)")
     return 0

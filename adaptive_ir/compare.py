@@ -125,14 +125,11 @@ def train_seed(cfg: Config, progress: bool) -> Trainer | None:
         trainer = Trainer(run.cfg, resume=run.resume_from, progress=progress, run=run.identity)
         result = trainer.train()
     except BaseException as e:
-        interrupted = isinstance(e, KeyboardInterrupt)
-        run.finish("interrupted" if interrupted else "failed", 130 if interrupted else 1,
-                   None if interrupted else f"{type(e).__name__}: {e}")
+        run.finish_raised(e)
         raise
+    run.finish_trained(result, trainer.stop_signal)
     if result["interrupted"]:
-        run.finish("interrupted", 130 if trainer.stop_signal == 2 else 0, result=result)
         raise CompareInterrupted(cfg.system.seed, trainer.stop_signal)
-    run.finish("completed", 0, result=result)
     atomic_write_json(done, {"config": config_to_dict(cfg), "result": result,
                              "init_from_sha256": trainer.init_sha256})
     return trainer

@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -122,6 +123,24 @@ class RunDir:
         finally:
             _release(self._locks)
             self._locks = []
+
+    def finish_raised(self, e: BaseException) -> None:
+        """Record a run ended by an exception: interrupted (Ctrl-C: exit code 130) or failed (2 for a user error,
+        an AdaptiveIRError; 1 otherwise), with the error's text."""
+        interrupted = isinstance(e, KeyboardInterrupt)
+        self.finish("interrupted" if interrupted else "failed",
+                    130 if interrupted else 2 if isinstance(e, AdaptiveIRError) else 1,
+                    None if interrupted else f"{type(e).__name__}: {e}")
+
+    def finish_trained(self, result: dict, stop_signal: int | None) -> int:
+        """Record a run whose training returned, with its result: completed, or stopped by a signal (SIGINT: exit
+        code 130; SIGTERM, a scheduler's stop: 0). Returns the exit code."""
+        if not result["interrupted"]:
+            self.finish("completed", 0, result=result)
+            return 0
+        code = 130 if stop_signal == signal.SIGINT else 0
+        self.finish("interrupted", code, result=result)
+        return code
 
 
 def start_run(cfg: Config, *, resume: bool = False, checkpoint: str | Path | None = None,

@@ -27,7 +27,9 @@ def test_train_returns_the_run_and_writes_its_folder(result):
     assert result.updates == 2 and not result.interrupted and result.best_update >= 1
     assert result.best_checkpoint.is_file() and result.last_checkpoint.is_file()
     record = json.loads((result.output_dir / "run.json").read_text())
-    assert record["id"] == result.run_id and record["status"] == "completed"
+    assert record["id"] == result.run_id and record["status"] == "completed" and record["exit_code"] == 0
+    # what the command line records too: the trainer's result, with its phases and peak memory
+    assert record["result"]["updates"] == 2 and "training" in record["result"]["phases_s"]
     assert json.loads((result.output_dir / "test_metrics.json").read_text()) == result.test
     assert set(result.test) >= {"bm25", "rm3", "agent"}
 
