@@ -91,16 +91,23 @@ def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config |
     """{method: {metric: value}} on ``split``, as ``adaptive-ir evaluate`` computes it: the agent of
     ``checkpoint`` (checked to fit), with BM25 / RM3 (``baselines``) and the qrels ``oracle``. Without ``config``
     the checkpoint's own config is used (overrides such as ``data.data_dir`` apply to it)."""
-    from .checkpoint import load_checkpoint
 
     overrides = _overrides(overrides)
     if config is None:
         if checkpoint is None:
             raise ValueError("evaluate needs a checkpoint, a config, or both")
-        cfg = _with(config_from_dict(load_checkpoint(checkpoint)["config"]), overrides)
+        cfg = checkpoint_config(checkpoint, overrides)
     else:
         cfg = _config(config, overrides)
     return evaluate_config(cfg, checkpoint, split, baselines, oracle, run_dir, progress)[0]
+
+
+def checkpoint_config(checkpoint: str | Path, overrides: dict[str, Any]) -> Config:
+    """The config a checkpoint was trained with, ``overrides`` (dotted keys) applied: what evaluating it without a
+    config uses, in Python and on the command line."""
+    from .checkpoint import load_checkpoint
+
+    return _with(config_from_dict(load_checkpoint(checkpoint)["config"]), _overrides(overrides))
 
 
 def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, split: str = "test",

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "training: a shipped policy's name (nfcorpus-seed-1, ...), an exported policy folder or a "
                    "checkpoint; its own config indexes, mines and embeds the --data-dir collection (a BEIR folder; "
                    "none: the embedded one), cached under runs/pretrained/<collection>")
-    e.set_defaults(config=None)
+    e.set_defaults(config=None)  # none: the checkpoint's own config, else quickstart
     e.add_argument("--baselines", action="store_true", help="include BM25 and RM3")
     e.add_argument("--oracle", action="store_true",
                    help="include the qrels oracle (greedy best-term selection over the same candidates)")
@@ -236,7 +236,7 @@ def _start_run(cfg, args):
 
 
 def cmd_evaluate(args) -> int:
-    from .api import evaluate_config
+    from .api import checkpoint_config, evaluate_config
     from .checkpoint import pretrained_config
     from .config import load_config
     from .errors import ConfigError
@@ -251,6 +251,8 @@ def cmd_evaluate(args) -> int:
         overrides = _overrides(args)
         cfg, path, state = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
         policy = (path, state)
+    elif args.config is None and args.checkpoint is not None:
+        cfg = checkpoint_config(args.checkpoint, _overrides(args))  # the config it was trained with
     else:
         cfg = load_config(args.config or "quickstart", _overrides(args))
     results, name, origin = evaluate_config(cfg, args.checkpoint, args.split, args.baselines, args.oracle,

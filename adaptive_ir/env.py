@@ -77,8 +77,6 @@ class QuerySet:
     first_keys: torch.Tensor | None = None
     """(Q, K) int64 ranking keys of each query's own BM25 top K (``CandidateSet.first``), the rankings episodes
     start from; None: the env searches them once."""
-    has_exclusions: bool = False
-    """Whether any query excludes a document (host-side: the env skips the masking work when none does)."""
     term_weights: torch.Tensor | None = None
     """(Q, L0) float32 weights of ``terms`` (0 on padding); None: each term weighs 1 (a query's own words)."""
 
@@ -123,7 +121,7 @@ class QuerySet:
                    rel_indptr=t(rel_indptr), rel_docs=t(rel_docs), n_rel=t(n_rel, torch.float32),
                    cand_weight=t(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
                                  torch.float32),
-                   exclude_docs=t(exclude), has_exclusions=bool((exclude >= 0).any()),
+                   exclude_docs=t(exclude),
                    first_keys=None if cands.first is None or weights is not None else t(cands.first),
                    term_weights=None if weights is None else t(weights))
 

@@ -9,7 +9,8 @@ Statistics are summed on the device and read once at the end.
 The minibatches after a KL early stop are not run at all once the host knows of the stop: on the CPU, where a read
 is free, it is read after every minibatch; on an accelerator once before each epoch (one sync per epoch, none per
 minibatch), so the rest of the epoch in which the stop falls still runs, masked. Each epoch's minibatch order is
-drawn even when the epoch is skipped, so the generator's stream, hence the run, does not depend on the mode.
+drawn even when the epoch is skipped, so the generator's stream does not depend on the mode (under float16 AMP the
+loss scaler also counts the masked minibatches, so its scale, and through it the rounding, may differ).
 
 Under DDP every rank runs the same number of minibatches (the largest rank's count, agreed by the caller), so
 every backward's gradient all-reduce has a partner; the skip decisions are taken from the all-reduced gradients

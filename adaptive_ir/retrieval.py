@@ -68,7 +68,8 @@ class Retriever:
                idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False,
                analyzer: Analyzer | None = None, scoring: str = "bm25s") -> "Retriever":
         """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
-        when absent (or damaged). Reading the corpus once to hash it is the whole cost of a cache hit."""
+        when absent (or damaged). A cache hit costs a read of the corpus (to hash it) and of the index files (to
+check their checksums): no tokenising, no scoring."""
         analyzer = analyzer or Analyzer()
         digest = hashlib.sha256()
         with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:

@@ -1,8 +1,9 @@
 """Rollouts: sampled episodes into the buffer (training) and greedy rewrites (evaluation, inference).
 
-A collect round runs exactly ``max_steps`` lockstep steps whatever the episodes do (ended ones are masked), and
-samples on the device (Gumbel-max with a generator living there), so a round needs no value on the host: on a
-GPU the Python loop only queues kernels. The same seed gives the same actions on the same kind of device.
+On an accelerator a collect round runs exactly ``max_steps`` lockstep steps whatever the episodes do (ended ones
+are masked), and samples on the device (Gumbel-max with a generator living there), so a round needs no value on the
+host: the Python loop only queues kernels. The CPU's compact mode, where a read is free, forwards only the episodes
+still running and ends the round when none is. The same seed gives the same actions on the same kind of device.
 """
 
 from __future__ import annotations

@@ -52,6 +52,14 @@ def test_evaluate_matches_the_command(result, tmp_path, capsys):
     assert ours["agent"]["R@40"] == pytest.approx(result.best_dev)  # the dev score that selected it
 
 
+def test_evaluate_without_a_config_uses_the_checkpoints_own_on_the_command_line_too(result, tmp_path):
+    # the run was trained with a 32-wide policy: quickstart (64 wide) would be refused by the spec check
+    assert main(["evaluate", "--checkpoint", str(result.best_checkpoint), "--split", "dev", "--json",
+                 str(tmp_path / "e.json"), "--no-progress"]) == 0
+    assert json.loads((tmp_path / "e.json").read_text()) == adaptive_ir.evaluate(result.best_checkpoint, split="dev",
+                                                                                  baselines=False)
+
+
 def test_export_from_python(result, tmp_path):
     folder = export(result.best_checkpoint, tmp_path / "p")
     spec = json.loads((folder / "policy.json").read_text())

@@ -427,7 +427,7 @@ def test_ragged_qrels_hold_every_judged_document_once(world):
 
 # ---------------------------------------------------------------------------------------------- excluded documents
 def with_exclusions(qs: QuerySet, exclude: torch.Tensor) -> QuerySet:
-    return QuerySet(**{**vars(qs), "exclude_docs": exclude, "has_exclusions": bool((exclude >= 0).any())})
+    return QuerySet(**{**vars(qs), "exclude_docs": exclude})
 
 
 def test_excluded_document_is_never_retrieved_and_takes_no_rank(world):
@@ -452,7 +452,7 @@ def test_excluded_document_is_never_retrieved_and_takes_no_rank(world):
     env.reset(qidx)
     assert rel_top.any() and (env.metric[rel_top] < base.metric[rel_top]).all()
     # QuerySet.build takes the argument, default none
-    assert (qs.exclude_docs == -1).all() and not qs.has_exclusions
+    assert (qs.exclude_docs == -1).all()
 
 
 # ---------------------------------------------------------------------------------------------- weighted start
