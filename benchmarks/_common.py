@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from adaptive_ir.config import load_config
@@ -197,3 +198,21 @@ def save_plot(fig, args, name: str) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return str(path)
+
+
+def same_topk(docs_a, scores_a, docs_b, scores_b, tol: float = 1e-4) -> tuple[bool, float]:
+    """(every query agrees up to ties, fraction of queries with exactly the same ranked doc list).
+
+    Agreement up to ties: the k scores match rank by rank, and the two doc sets differ only in documents
+    whose score equals the k-th score (which of several tied documents makes the cut is arbitrary).
+    """
+    exact, ok = 0, True
+    for da, sa, db, sb in zip(docs_a, scores_a, docs_b, scores_b):
+        exact += bool(np.array_equal(da, db))
+        if not np.allclose(sa, sb, rtol=tol, atol=tol):
+            ok = False
+            continue
+        cut = min(sa[-1], sb[-1]) + tol
+        if set(da[sa > cut].tolist()) != set(db[sb > cut].tolist()):
+            ok = False
+    return ok, exact / max(1, len(docs_a))

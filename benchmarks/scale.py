@@ -369,17 +369,6 @@ def run_worker(kind: str, data_dir: Path, cache_dir: Path, out_dir: Path, args) 
     return out
 
 
-def same_topk(ours: dict, ref: dict, tol: float = 1e-4) -> bool:
-    """Every query's top-k scores match rank by rank and the documents differ only where scores tie at the cut."""
-    for sa, da, sb, db in zip(ours["scores"], ours["docs"], ref["scores"], ref["docs"]):
-        if not np.allclose(sa, sb, rtol=tol, atol=tol):
-            return False
-        cut = min(sa[-1], sb[-1]) + tol
-        if set(da[sa > cut].tolist()) != set(db[sb > cut].tolist()):
-            return False
-    return True
-
-
 def measure(data_dir: Path, args, work: Path) -> dict:
     cache, out = work / "cache", work / "out"
     shutil.rmtree(cache, ignore_errors=True)
@@ -394,7 +383,7 @@ def measure(data_dir: Path, args, work: Path) -> dict:
     if "error" in b:
         return row
     ours, ref = (dict(np.load(out / f"{k}_topk.npz")) for k in ("ours", "bm25s"))
-    row["topk_identical"] = same_topk(ours, ref)
+    row["topk_identical"] = common.same_topk(ours["docs"], ours["scores"], ref["docs"], ref["scores"])[0]
     row["ratio"] = {"build_time": o["build_s"] / b["build_s"],
                     "peak_rss_build_search": o["peak_rss_build_search"] / b["peak_rss_build"],
                     "search_queries_per_s": o["queries_per_s"] / b["queries_per_s"]}

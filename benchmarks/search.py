@@ -39,24 +39,6 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return best, out
 
 
-def same_topk(docs_a, scores_a, docs_b, scores_b, tol: float = 1e-4) -> tuple[bool, float]:
-    """(every query agrees up to ties, fraction of queries with exactly the same ranked doc list).
-
-    Agreement up to ties: the k scores match rank by rank, and the two doc sets differ only in documents
-    whose score equals the k-th score (which of several tied documents makes the cut is arbitrary).
-    """
-    exact, ok = 0, True
-    for da, sa, db, sb in zip(docs_a, scores_a, docs_b, scores_b):
-        exact += bool(np.array_equal(da, db))
-        if not np.allclose(sa, sb, rtol=tol, atol=tol):
-            ok = False
-            continue
-        cut = min(sa[-1], sb[-1]) + tol
-        if set(da[sa > cut].tolist()) != set(db[sb > cut].tolist()):
-            ok = False
-    return ok, exact / max(1, len(docs_a))
-
-
 def main() -> None:
     p = common.parser(__doc__.split("\n")[0])
     p.add_argument("--k", type=int, default=100)
@@ -130,12 +112,12 @@ def main() -> None:
         sec, (bd, bs) = timed(run_bm25s, args.repeats)
         figures[f"bm25s_{name}"] = len(queries) / sec
 
-    ok_rank, exact_rank = same_topk(results["ours_okapi_cpu"][0][: len(rb_queries)],
+    ok_rank, exact_rank = common.same_topk(results["ours_okapi_cpu"][0][: len(rb_queries)],
                                     results["ours_okapi_cpu"][1][: len(rb_queries)], rd, rs)
-    ok_bm25s, exact_bm25s = same_topk(*results["ours_lucene_cpu"], bd, bs)
+    ok_bm25s, exact_bm25s = common.same_topk(*results["ours_lucene_cpu"], bd, bs)
     agree = {"rank_bm25": ok_rank, "bm25s": ok_bm25s}
     if "ours_lucene_cuda" in results:
-        agree["cuda_vs_cpu"], _ = same_topk(*results["ours_lucene_cuda"], *results["ours_lucene_cpu"])
+        agree["cuda_vs_cpu"], _ = common.same_topk(*results["ours_lucene_cuda"], *results["ours_lucene_cpu"])
 
     ours_cpu = figures["ours_cpu"]
     payload = {
