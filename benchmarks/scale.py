@@ -245,6 +245,7 @@ class _RandomEmbedder:
 
     def __init__(self, dim: int):
         self.dim, self.identity = dim, {"provider": "random", "dim": dim}
+        self.cache_key = self.identity
 
     def encode(self, texts: list[str]) -> np.ndarray:
         import zlib
