@@ -116,7 +116,8 @@ def test_a_second_process_on_the_same_folder_is_refused_and_the_first_finishes_i
 def test_kill_9_leaves_no_lock_behind(tmp_path, capsys, caplog):
     out = tmp_path / "X"
     proc = child(out, epochs=5)  # 10 updates: the kill lands before the end even on a fast CPU
-    wait_for(lambda: (out / "checkpoints" / "last.pt.json").is_file(), proc, "wrote a checkpoint")
+    # last.pt itself (its sidecar is written first): renamed into place whole, so a checkpoint exists to resume
+    wait_for(lambda: (out / "checkpoints" / "last.pt").is_file(), proc, "wrote a checkpoint")
     proc.kill()
     proc.wait()
     lock = aio.try_lock(out / ".lock")  # at once: the OS released the dead process's lock
