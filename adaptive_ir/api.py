@@ -91,7 +91,6 @@ def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config |
     """{method: {metric: value}} on ``split``, as ``adaptive-ir evaluate`` computes it: the agent of
     ``checkpoint`` (checked to fit), with BM25 / RM3 (``baselines``) and the qrels ``oracle``. Without ``config``
     the checkpoint's own config is used (overrides such as ``data.data_dir`` apply to it)."""
-
     overrides = _overrides(overrides)
     if config is None:
         if checkpoint is None:

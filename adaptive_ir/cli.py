@@ -147,7 +147,6 @@ def _init_distributed() -> str | None:
 
 
 def cmd_train(args) -> int:
-
     import torch.distributed as dist
 
     from .config import load_config

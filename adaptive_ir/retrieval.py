@@ -69,7 +69,7 @@ class Retriever:
                analyzer: Analyzer | None = None, scoring: str = "bm25s") -> "Retriever":
         """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
         when absent (or damaged). A cache hit costs a read of the corpus (to hash it) and of the index files (to
-check their checksums): no tokenising, no scoring."""
+        check their checksums): no tokenising, no scoring."""
         analyzer = analyzer or Analyzer()
         digest = hashlib.sha256()
         with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:

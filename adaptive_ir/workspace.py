@@ -36,7 +36,7 @@ def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int,
                      ) -> tuple[list[list[int]], list[list[float]]]:
     """``rm3_expansion`` with each query word weighing 1 (``retrieval.start: rm3``), computed once: later runs load
     ``<cache_dir>/start-rm3-<key>/`` (ragged arrays: offsets, term ids, weights). A feedback search and RM1 per
-    query cost ~4 ms, minutes at 100k+ train queries. The key covers the index, the feedback model and depth, and
+    query cost 4-9 ms, minutes at 100k+ train queries. The key covers the index, the feedback model and depth, and
     the query terms (and vectors), so any change recomputes; a damaged entry fails its checksum and is rebuilt."""
     if cache_dir is None:
         return rm3_expansion(retriever, terms, fb_docs, feedback=feedback, query_vectors=query_vectors,
