@@ -23,6 +23,7 @@ resumes at the first missing chunk.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -233,15 +234,23 @@ class LegacyWord2VecEmbedder:
 
 def model_files_digest(path: str) -> str | None:
     """sha256 over a model folder's files (relative paths and contents; hidden ones left out), None when ``path``
-    is not a folder (a name resolved from the local HF cache, known by its name alone). MiniLM: 0.1-0.2 s."""
+    is not a folder (a name resolved from the local HF cache, known by its name alone). MiniLM: 0.1-0.2 s, once per
+    process while the files' sizes and modification times stay the same."""
     folder = Path(path)
     if not folder.is_dir():
         return None
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(folder).parts))
+    stats = tuple((f.relative_to(folder).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _files_digest(str(folder.resolve()), stats)
+
+
+@functools.lru_cache(maxsize=16)
+def _files_digest(folder: str, stats: tuple[tuple[str, int, int], ...]) -> str:
     h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file() and not any(
-            part.startswith(".") for part in p.relative_to(folder).parts)):
-        h.update(f.relative_to(folder).as_posix().encode("utf-8") + b"\0")
-        with open(f, "rb") as fh:
+    for rel, _, _ in stats:
+        h.update(rel.encode("utf-8") + b"\0")
+        with open(Path(folder) / rel, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()[:16]
