@@ -58,6 +58,22 @@ def test_t_test_p_equals_its_formula():
     assert stats.t_test_p(a, a) == 1.0  # 0/0 in scipy: no difference at all
 
 
+def test_last_bit_noise_of_a_seed_mean_is_a_tie_not_a_significant_difference():
+    # an agent that always stops equals BM25 on every query; its mean over 3 seeds carries last-bit noise
+    # (3 × x / 3 ≠ x), mostly of one sign: the tests must see ties (p = 1), as wins/ties/losses does
+    rng = np.random.default_rng(0)
+    bm25 = rng.random(50) / 3 + 0.1
+    agent = np.mean([bm25, bm25, bm25], axis=0) * (1 + 1e-15)
+    assert np.count_nonzero(agent != bm25) > 40 and stats.wins_ties_losses(agent, bm25) == (0, 50, 0)
+    assert stats.randomization_p(agent, bm25) == 1.0 and stats.t_test_p(agent, bm25) == 1.0
+    # one real difference among them: the same p-values as without the noise
+    agent[7] += 0.2
+    clean = bm25.copy()
+    clean[7] = agent[7]
+    assert stats.randomization_p(agent, bm25) == stats.randomization_p(clean, bm25) < 1.0
+    assert stats.t_test_p(agent, bm25) == stats.t_test_p(clean, bm25)
+
+
 def test_wins_ties_losses_and_paired_summary():
     a, b = [0.5, 0.2, 0.9, 0.4, 0.3], [0.1, 0.3, 0.5, 0.4, 0.3 + 1e-12]
     assert stats.wins_ties_losses(a, b) == (2, 2, 1)
