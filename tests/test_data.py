@@ -203,6 +203,21 @@ def test_beir_zip_errors_name_the_member(beir, tmp_path):
         load_beir(archive)
 
 
+def test_beir_zip_with_a_damaged_member_says_so(beir, tmp_path):
+    archive = tmp_path / "tiny.zip"
+    with zipfile.ZipFile(archive, "w") as zf:  # stored, not deflated: one flipped byte fails the member's CRC
+        for f in beir.rglob("*"):
+            if f.is_file():
+                zf.write(f, f"tiny/{f.relative_to(beir).as_posix()}")
+    data = bytearray(archive.read_bytes())
+    at = data.index(b'"_id"')  # inside the first member
+    data[at + 1] ^= 0x01
+    archive.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"tiny\.zip/tiny/\w+\.jsonl:\d+: cannot read \(BadZipFile: .*download or "
+                                        r"unpack it again"):
+        load_beir(archive)
+
+
 def test_beir_bad_zip(tmp_path):
     (tmp_path / "x.zip").write_bytes(b"not a zip")
     with pytest.raises(DataError, match="not a valid zip"):
@@ -247,6 +262,10 @@ BAD_INPUT = [
     ),
     ({"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": 5}\n'}, r"corpus\.jsonl:5 \(key 'text'\): expected a string"),
     ({"corpus": b"\n\n"}, r"corpus\.jsonl: no documents"),
+    (  # the text under a key we do not read (MS MARCO v2): an error, not an empty document
+        {"corpus": GOOD_CORPUS + b'{"_id": "d9", "passage": "words"}\n'},
+        r"corpus\.jsonl:5: no text field \('text'; also accepted: contents, body, 'title'\); the line's keys: _id, passage",
+    ),
     (
         {"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": "caf\xe9"}\n'},
         r"corpus\.jsonl:5: not valid UTF-8 .*re-encode the file as UTF-8",
@@ -491,7 +510,7 @@ def test_trec_gzip_corpus(tmp_path):
     c = load_trec(root / "topics.robust.txt", {"test": root / "qrels.test.txt"}, root / "corpus.jsonl.gz")
     assert list(c.doc_ids) == ["FBIS3-1", "FBIS3-2", "LA-7"] and c.doc_texts_at([2, 0]) == ["Polio vaccines",
                                                                                           "Mafia organized crime"]
-    whole = gzip.compress("".join(f'{{"_id": "x{i}"}}\n' for i in range(5000)).encode())
+    whole = gzip.compress("".join(f'{{"_id": "x{i}", "text": "t"}}\n' for i in range(5000)).encode())
     (root / "broken.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     with pytest.raises(DataError, match=r"broken\.jsonl\.gz:\d+: cannot read"):
         load_trec(root / "topics.robust.txt", {"test": root / "qrels.test.txt"}, root / "broken.jsonl.gz")

@@ -107,8 +107,9 @@ def numbered_lines(path: PathLike) -> Iterator[tuple[int, int, str]]:
                 if line.strip():
                     yield lineno, offset, line
                 offset += len(raw)
-        except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt .gz
-            raise DataError(f"{where(path, lineno + 1)}: cannot read ({e})") from e
+        except (OSError, EOFError, zlib.error, zipfile.BadZipFile) as e:  # truncated or corrupt .gz / zip member
+            raise DataError(f"{where(path, lineno + 1)}: cannot read ({type(e).__name__}: {e}); the file is damaged: "
+                            "download or unpack it again") from e
 
 
 def lines(path: PathLike) -> Iterator[tuple[int, str]]:

@@ -35,8 +35,12 @@ def parse_doc(path: PathLike, lineno: int, line: str, jsonl: bool) -> tuple[str,
     (`docid<TAB>text` or `docid<TAB>title<TAB>text`)."""
     if jsonl:
         obj = json_object(path, lineno, line)
-        return (json_str(obj, _DOC_ID_KEYS, path, lineno, required=True),
-                json_str(obj, ("title",), path, lineno, required=False),
+        doc_id = json_str(obj, _DOC_ID_KEYS, path, lineno, required=True)
+        if "title" not in obj and not any(k in obj for k in _DOC_TEXT_KEYS):
+            # else a corpus whose text sits under another key (MS MARCO v2's 'passage') indexes as empty documents
+            raise DataError(f"{where(path, lineno)}: no text field ('{_DOC_TEXT_KEYS[0]}'; also accepted: "
+                            f"{', '.join(_DOC_TEXT_KEYS[1:])}, 'title'); the line's keys: {', '.join(list(obj)[:8])}")
+        return (doc_id, json_str(obj, ("title",), path, lineno, required=False),
                 json_str(obj, _DOC_TEXT_KEYS, path, lineno, required=False))
     fields = line.split("\t")
     if len(fields) == 2:
