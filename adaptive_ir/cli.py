@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--permutations", type=int, default=10_000,
                    help="random sign assignments of the randomization test (default 10000)")
 
-    o = sub.add_parser("oracle", help="the qrels upper bound: greedy best-term selection, with BM25 and RM3")
+    o = sub.add_parser("oracle", help="the qrels oracle: greedy best-term selection, with BM25 and RM3")
     _common(o)
     o.add_argument("--split", default="test")
     o.add_argument("--json", help="write {method: {metric: value}} here")

@@ -77,6 +77,5 @@ def _update(row: dict) -> int:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """The rows of a metrics.jsonl (for plots and tests)."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows of a metrics.jsonl (for plots and tests); the last line of a run killed mid-write is left out."""
+    return _rows(Path(path))

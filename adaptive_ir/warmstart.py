@@ -49,7 +49,7 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     legal = torch.cat([per_action(qs.cand_valid[qidx], env.L),
                        torch.ones_like(qidx[:, None], dtype=torch.bool)], 1)
     padded = torch.cat([gains, torch.zeros_like(gains[:, :1])], 1)  # STOP earns 0
-    scale = gains[legal[:, :-1]].std().clamp(min=1e-6)
+    scale = gains[legal[:, :-1]].std(correction=0).clamp(min=1e-6)  # not NaN with a single legal gain
     size = max(1, min(minibatch, n))
     batches = -(-n // size)
     weight = (torch.arange(batches * size, device=device) < n).float().view(batches, size)

@@ -209,3 +209,11 @@ def test_minibatches_after_a_kl_stop_are_not_run(world, monkeypatch):  # noqa: F
             torch.randperm(samples, generator=expected)
         assert torch.equal(gen_state, expected.get_state())
     assert all(torch.equal(a, b) for a, b in zip(cpu[3], gpu[3]))
+
+
+def test_a_metrics_log_cut_short_by_a_kill_reads_without_its_last_line(reference, tmp_path):
+    # a run killed while writing a row, and never resumed: its log still plots, without the half row
+    log = tmp_path / "metrics.jsonl"
+    whole = (reference / "logs" / "metrics.jsonl").read_text()
+    log.write_text(whole + '{"update": 5, "charts/episodic_ret')
+    assert read_metrics(log) == read_metrics(reference / "logs" / "metrics.jsonl") and len(read_metrics(log)) > 4
