@@ -7,7 +7,7 @@ semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over BM25's top `
 that is not 10, where ``rm3`` already is it); ``rule-w<w>-j<j>`` (the best fixed rule of the agent's own action
 space on the split: the miner's first j candidates at weight w added to where the rewrites start, ``rule_runs``);
 ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term choice with the
-qrels, greedy). Metrics are means over every query of the split (``evaluate.per_query`` says
+qrels). Metrics are means over every query of the split (``evaluate.per_query`` says
 which count as 0).
 """
 
