@@ -262,6 +262,9 @@ BAD_INPUT = [
     ),
     ({"corpus": GOOD_CORPUS + b'{"_id": "d9", "text": 5}\n'}, r"corpus\.jsonl:5 \(key 'text'\): expected a string"),
     ({"corpus": b"\n\n"}, r"corpus\.jsonl: no documents"),
+    ({"corpus": GOOD_CORPUS + b'{"_id": "d 9", "text": "x"}\n'},
+     r"corpus\.jsonl:5: document id 'd 9' is empty or holds whitespace"),
+    ({"queries": b'{"_id": "", "text": "q"}\n'}, r"queries\.jsonl:1: query id '' is empty or holds whitespace"),
     (  # the text under a key we do not read (MS MARCO v2): an error, not an empty document
         {"corpus": GOOD_CORPUS + b'{"_id": "d9", "passage": "words"}\n'},
         r"corpus\.jsonl:5: no text field \('text'; also accepted: contents, body, 'title'\); the line's keys: _id, passage",

@@ -152,6 +152,16 @@ def json_str(obj: dict, keys: tuple[str, ...], path: PathLike, lineno: int, requ
     return value
 
 
+_WHITESPACE = re.compile(r"\s")
+
+
+def check_id(key: str, what: str, path: PathLike | str, lineno: int) -> None:
+    """An id must be non-empty and hold no whitespace: TREC run and qrels files separate their fields by it."""
+    if not key or _WHITESPACE.search(key):
+        raise DataError(f"{where(path, lineno)}: {what} {key!r} is empty or holds whitespace; TREC run files separate "
+                        "fields by whitespace, so ids cannot: rename it")
+
+
 def check_new(seen: dict[str, int], key: str, what: str, path: PathLike | str, lineno: int) -> None:
     """Record `key` as seen at `lineno`; a repeat is an error naming both lines."""
     if key in seen:
@@ -190,6 +200,7 @@ def read_queries(path: PathLike, topic_fields: tuple[str, ...] = ("title",)) -> 
     queries: dict[str, str] = {}
     seen: dict[str, int] = {}
     for lineno, qid, text in parsed:
+        check_id(qid, "query id", path, lineno)
         check_new(seen, qid, "query id", path, lineno)
         if not text.strip():
             raise DataError(f"{where(path, lineno)}: query '{qid}' has empty text; give it text or remove it")

@@ -24,7 +24,7 @@ import numpy as np
 from adaptive_ir.errors import DataError, where
 
 from .corpus import Corpus, DocIdsBuilder
-from .lines import PathLike, is_jsonl, json_object, json_str, numbered_lines, open_binary
+from .lines import PathLike, check_id, is_jsonl, json_object, json_str, numbered_lines, open_binary
 
 _DOC_ID_KEYS = ("_id", "id", "docno", "docid", "doc_id")
 _DOC_TEXT_KEYS = ("text", "contents", "body")
@@ -33,6 +33,12 @@ _DOC_TEXT_KEYS = ("text", "contents", "body")
 def parse_doc(path: PathLike, lineno: int, line: str, jsonl: bool) -> tuple[str, str, str]:
     """(doc_id, title, text) of one corpus line: JSON (`_id`/`id`/`docno`, `title`, `text`/`contents`) or tsv
     (`docid<TAB>text` or `docid<TAB>title<TAB>text`)."""
+    doc_id, title, text = _parse_doc(path, lineno, line, jsonl)
+    check_id(doc_id, "document id", path, lineno)
+    return doc_id, title, text
+
+
+def _parse_doc(path: PathLike, lineno: int, line: str, jsonl: bool) -> tuple[str, str, str]:
     if jsonl:
         obj = json_object(path, lineno, line)
         doc_id = json_str(obj, _DOC_ID_KEYS, path, lineno, required=True)
