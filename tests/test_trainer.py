@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 
 import pytest
 import torch
@@ -295,19 +294,15 @@ def test_warm_start_raises_the_first_step_reward_and_is_done_once(tmp_path):
     assert len([r for r in rows(more) if "warm_start/expected_after" in r]) == 1
 
 
-def two_collections(tmp_path: Path) -> dict:
-    """Overrides for data_dir and a second collection (the default generator with another seed), both as BEIR
-    folders; the sentence model, since LSA would give each corpus its own space."""
+def test_training_on_several_collections_draws_each_update_from_one_and_resumes_exactly(tmp_path, monkeypatch):
+    # data_dir and a second collection (the default generator with another seed), both as BEIR folders; the
+    # sentence model, since LSA would give each corpus its own space
     main_dir = collection_as_beir(default_collection(), tmp_path / "main", max_queries=48)
     other_dir = collection_as_beir(default_collection(seed=7), tmp_path / "other", max_queries=48)
-    return {"data.dataset_type": "beir", "data.data_dir": main_dir, "data.also_train_on": f"[{other_dir}]",
-            "data.also_train_share": 0.5, "embeddings.type": "sentence-transformers",
-            "embeddings.embedding_dim": "null", "embeddings.cache_dir": tmp_path / "cache",
-            "training.num_epochs": 4}
-
-
-def test_training_on_several_collections_draws_each_update_from_one_and_resumes_exactly(tmp_path, monkeypatch):
-    overrides = two_collections(tmp_path)
+    overrides = {"data.dataset_type": "beir", "data.data_dir": main_dir, "data.also_train_on": f"[{other_dir}]",
+                 "data.also_train_share": 0.5, "embeddings.type": "sentence-transformers",
+                 "embeddings.embedding_dim": "null", "embeddings.cache_dir": tmp_path / "cache",
+                 "training.num_epochs": 4}
 
     def run(name: str, interrupt_at: int | None = None, resume=None) -> tuple[Trainer, list[str], dict]:
         cfg = tiny_config(tmp_path / name, **overrides)
