@@ -29,9 +29,18 @@ def to_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, idx: np.ndar
 
     A document scoring 0 was not retrieved: ``topk`` fills short lists with zero-score documents in arbitrary
     order, and listing them would credit chance (the reward masks them the same way). A query none of whose words
-    is known gets an empty ranking; it still counts, at 0, in every mean (``evaluate_run``)."""
-    return {q: {doc_ids[d]: float(s) for d, s in zip(row_i.tolist(), row_s.tolist()) if s > 0}
-            for q, row_i, row_s in zip(qids, idx, scores)}
+    is known gets an empty ranking; it still counts, at 0, in every mean (``evaluate_run``).
+
+    Scores are made strictly decreasing along the given order (a tie becomes the next float32 below; ir-measures
+    compares scores as float32): trec_eval and ir-measures order tied documents by their ids, the search and the
+    env's reward by corpus position, and a tie across a cut-off would otherwise make the reported R@40 differ from
+    the reward's."""
+    keep = scores > 0
+    strict = np.array(scores, dtype=np.float32)
+    for j in range(1, strict.shape[1]):
+        strict[:, j] = np.minimum(strict[:, j], np.nextafter(strict[:, j - 1], np.float32(-np.inf)))
+    return {q: {doc_ids[d]: s for d, s, k in zip(row_i, row_s, row_k) if k}
+            for q, row_i, row_s, row_k in zip(qids, idx.tolist(), strict.tolist(), keep.tolist())}
 
 
 def drop_excluded(run: Run, excluded: dict[str, str]) -> Run:
@@ -89,11 +98,12 @@ def mean_per_query(qrels: dict[str, dict[str, int]], paths: list[str | Path], me
 
 
 def write_trec_run(path: str | Path, run: Run, tag: str) -> None:
-    """TREC run format ``qid Q0 docid rank score tag``, written atomically."""
+    """TREC run format ``qid Q0 docid rank score tag``, written atomically. Scores are written in full (shortest
+    round-trip digits), so that ``to_run``'s broken ties survive reading the file back."""
     lines = []
     for q, docs in run.items():
         ranked = sorted(docs.items(), key=lambda kv: -kv[1])
-        lines += [f"{q} Q0 {d} {r} {s:.6f} {tag}" for r, (d, s) in enumerate(ranked, 1)]
+        lines += [f"{q} Q0 {d} {r} {float(s)!r} {tag}" for r, (d, s) in enumerate(ranked, 1)]
     atomic_write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
@@ -119,17 +129,31 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
     return to_run(qids, retriever.doc_ids, scores, idx)
 
 
+RM3_CHUNK = 4096
+"""Queries per step of ``rm3_expansion``: memory (RM1 rows, feedback documents' texts) follows a chunk, not the
+split (100k+ train queries under ``retrieval.start: rm3``)."""
+
+
 def rm3_expansion(retriever: Retriever, terms: list[list[int]], fb_docs: int = RM3_FB_DOCS, fb_terms: int = 10,
                   orig_weight: float = 0.5, feedback: SemanticFeedback | None = None,
-                  query_vectors: np.ndarray | None = None, unit_query: bool = False
+                  query_vectors: np.ndarray | None = None, unit_query: bool = False, chunk: int = RM3_CHUNK
                   ) -> tuple[list[list[int]], list[list[float]]]:
     """The RM3 queries of ``rm3_run`` as (term ids, weights) per query (``rm3_queries``; ``unit_query``: scaled so
-    that each query word weighs 1)."""
-    fb_scores, fb_idx = feedback_documents(retriever, terms, fb_docs, feedback, query_vectors)
-    rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
-    # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does
-    order = retriever.first_occurrences([i[w > 0] for i, w in zip(fb_idx, fb_scores)])
-    return rm3_queries(terms, rm1, fb_terms, orig_weight, order, unit_query)
+    that each query word weighs 1), ``chunk`` queries at a time (each query's expansion is its own: the chunks
+    change no number)."""
+    out_terms: list[list[int]] = []
+    out_weights: list[list[float]] = []
+    for lo in range(0, len(terms), chunk):
+        part = terms[lo:lo + chunk]
+        vectors = None if query_vectors is None else query_vectors[lo:lo + chunk]
+        fb_scores, fb_idx = feedback_documents(retriever, part, fb_docs, feedback, vectors)
+        rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
+        # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does
+        order = retriever.first_occurrences([i[w > 0] for i, w in zip(fb_idx, fb_scores)])
+        t, w = rm3_queries(part, rm1, fb_terms, orig_weight, order, unit_query)
+        out_terms += t
+        out_weights += w
+    return out_terms, out_weights
 
 
 def format_table(results: dict[str, dict[str, float]], title: str = "") -> str:

@@ -10,8 +10,8 @@ import pytest
 
 from adaptive_ir.data import Collection, MemoryCorpus
 from adaptive_ir.evaluate import (MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, per_query,
-                                  rm3_expansion, rm3_run, to_run, write_trec_run)
-from adaptive_ir.feedback import relevance_model, rm3_queries
+                                  read_trec_run, rm3_expansion, rm3_run, to_run, write_trec_run)
+from adaptive_ir.feedback import SemanticFeedback, relevance_model, rm3_queries
 from adaptive_ir.retrieval import Retriever
 
 from helpers import TINY_DOCS, beir
@@ -161,12 +161,30 @@ def test_write_trec_run(tmp_path):
     rows = [line.split(" ") for line in lines]
     assert all(len(r) == 6 and r[1] == "Q0" and r[5] == "bm25" for r in rows)
     q2 = [r for r in rows if r[0] == "q2"]
-    assert [(r[2], r[3], r[4]) for r in q2] == [("d8", "1", "3.000000"), ("d2", "2", "2.000000"),
-                                                ("d4", "3", "1.000000")]
+    assert [(r[2], r[3], r[4]) for r in q2] == [("d8", "1", "3.0"), ("d2", "2", "2.0"), ("d4", "3", "1.0")]
     q1 = [r for r in rows if r[0] == "q1"]
     assert [int(r[3]) for r in q1] == list(range(1, 13))
     scores = [float(r[4]) for r in q1]
     assert scores == sorted(scores, reverse=True) and q1[-1][2] == "d5"
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_tied_documents_rank_in_the_searchs_order_in_memory_and_in_the_trec_file(tmp_path, first):
+    # d0 and d1 tie for the last place of the top 2; trec_eval would order them by id, the reward by the search's
+    # order: whichever comes first in the search must be the one R@2 and RR@10 see
+    scores = np.array([[3.0, 1.0, 1.0, 1.0]], np.float32)
+    idx = np.array([[2, first, 1 - first, 3]])
+    run = to_run(["q"], ["d0", "d1", "d2", "d3"], scores, idx)
+    assert list(run["q"]) == ["d2", f"d{first}", f"d{1 - first}", "d3"]
+    got = run["q"]
+    assert got["d2"] == 3.0 and got[f"d{first}"] == 1.0 and got["d3"] < got[f"d{1 - first}"] < 1.0
+    qrels = {"q": {f"d{first}": 1}}
+    path = tmp_path / "run.trec"
+    write_trec_run(path, run, "t")
+    for got in (run, read_trec_run(path)):
+        values = per_query(qrels, got, [ir_measures.R @ 2, ir_measures.RR @ 10])
+        assert values["R@2"].tolist() == [1.0] and values["RR@10"].tolist() == [0.5]
+    assert read_trec_run(path) == run
 
 
 def test_format_table():
@@ -194,3 +212,20 @@ def test_rm3_with_unit_query_words_is_the_same_query_scaled():
     fox, quick = (unit[0][0].index(r.encode([w])[0][0]) for w in ("fox", "quick"))
     assert unit[1][0][fox] >= 2.0 and unit[1][0][quick] >= 1.0
     assert sum(unit[1][0]) == pytest.approx(3 / 0.4) and sum(unit[1][1]) == pytest.approx(2 / 0.4)
+
+
+def test_rm3_expansion_in_chunks_changes_no_number():
+    # 100k+ train queries are expanded a chunk at a time; each query's expansion is its own, semantic feedback too
+    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    r = Retriever.build(coll)
+    terms = r.encode(["quick fox fox", "lazy dog", "fox", "brown dog jumps"])
+    rng = np.random.default_rng(0)
+    fb = SemanticFeedback(rng.normal(size=(len(TINY_DOCS), 4)).astype(np.float32), depth=5, identity={"m": "r"})
+    vectors = rng.normal(size=(len(terms), 4)).astype(np.float32)
+    for feedback, qv in ((None, None), (fb, vectors)):
+        whole = rm3_expansion(r, terms, fb_docs=3, feedback=feedback, query_vectors=qv)
+        assert rm3_expansion(r, terms, fb_docs=3, feedback=feedback, query_vectors=qv, chunk=1) == whole
+        assert rm3_expansion(r, terms, fb_docs=3, feedback=feedback, query_vectors=qv, chunk=3) == whole
+    # the query vectors follow their queries into each chunk: reversed queries, reversed expansions
+    rev = rm3_expansion(r, terms[::-1], fb_docs=3, feedback=fb, query_vectors=vectors[::-1].copy(), chunk=3)
+    assert rev[0] == whole[0][::-1] and rev[1] == whole[1][::-1]
