@@ -34,6 +34,7 @@ from adaptive_ir.data import (
     make_default_with_oracle,
     natural_key,
 )
+from adaptive_ir.data.lines import read_queries
 from adaptive_ir.errors import AdaptiveIRError, DataError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -454,6 +455,31 @@ def test_trec_sgml_topics_jsonl_corpus(tmp_path):
     )
 
 
+TOPICS_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<webtrack2009>
+<topic number="1" type="faceted">
+  <query>obama family tree</query>
+  <description>Find information on President Barack Obama's family
+  history &amp; genealogy.
+  </description>
+  <subtopic number="1" type="nav">
+  Find the TIME magazine photo essay "Barack Obama's Family Tree".
+  </subtopic>
+</topic>
+<topic number='2' type="single"><query>french lick resort &amp; casino</query>
+<description>Find information on the resort.</description></topic>
+</webtrack2009>
+"""
+
+
+def test_trec_xml_topics(tmp_path):
+    # TREC 2009+ (Web, Session, ...) topics: the number an attribute, title in <query>, entities unescaped
+    (tmp_path / "topics.xml").write_text(TOPICS_XML)
+    assert read_queries(tmp_path / "topics.xml") == {"1": "obama family tree", "2": "french lick resort & casino"}
+    both = read_queries(tmp_path / "topics.xml", topic_fields=("title", "desc"))
+    assert both["1"] == "obama family tree Find information on President Barack Obama's family history & genealogy."
+
+
 def test_trec_tsv_topics_tsv_corpus_and_carving(tmp_path):
     (tmp_path / "topics.tsv").write_text("".join(f"q{i}\ttopic {i}\n" for i in range(10)))
     (tmp_path / "corpus.tsv").write_text("a\tTitle A\tText A\nb\t\tText B\n")
@@ -488,6 +514,10 @@ def test_trec_dir_convention(tmp_path):
         ("<top>\n<num> Number: 5\n<title>\n</top>\n", r"topics:1: query '5' has empty text"),
         ("q1 no tab here\n", r"topics:1: expected 'qid<TAB>query text'"),
         ("<top>\n<num> 7\n<title> a\n</top>\n<top>\n<num> 7\n<title> b\n</top>\n", r"topics:5: duplicate query id '7'"),
+        ("<top>\n<num> 1\n<title> a\n</top>\n<top>\n<num> 2\n<title> b\n", r"topics:5: this topic has no </top> \(the file"),
+        ("<top>\n<num> 1\n<title> a\n<top>\n<num> 2\n<title> b\n</top>\n", r"topics:1: .*no </top> before .*line 4"),
+        ('<topics>\n<topic number="3">\n<query>a</query>\n</topics>\n', r"topics:2: this topic has no </topic>"),
+        ("<topics>\n<topic>\n<query>a</query>\n</topic>\n</topics>\n", r"topics:2: topic without a number= number"),
     ],
 )
 def test_trec_bad_topics(tmp_path, topics, message):
@@ -547,6 +577,18 @@ def test_msmarco_prefers_the_small_dev_qrels(tmp_path):
     root = make_msmarco(tmp_path / "m")
     (root / "qrels.dev.small.tsv").write_text("901\t0\t1\t1\n")
     assert load_msmarco(root).queries["test"] == {"901": "dev query 901"}
+
+
+def test_msmarco_reads_only_the_wanted_splits_queries(tmp_path):
+    # a test run never opens queries.train.tsv (808k queries in MS MARCO), nor a training run queries.dev.tsv
+    root = make_msmarco(tmp_path / "m")
+    (root / "queries.train.tsv").write_text("not a tsv line\n")
+    assert set(load_msmarco(root, splits=["test"]).queries["test"]) == {str(q) for q in range(900, 905)}
+    with pytest.raises(DataError, match=r"queries\.train\.tsv:1"):
+        load_msmarco(root, splits=["dev"])
+    root = make_msmarco(tmp_path / "m2")
+    (root / "queries.dev.tsv").write_text("not a tsv line\n")
+    assert len(load_msmarco(root, splits=["train"], dev_fraction=0.0).queries["train"]) == 20
 
 
 def test_msmarco_missing(tmp_path):

@@ -4,6 +4,7 @@ of jsonl/tsv corpora, from plain files, .gz files or members of a zip archive.""
 from __future__ import annotations
 
 import gzip
+import html
 import itertools
 import json
 import re
@@ -184,8 +185,9 @@ _QUERY_TEXT_KEYS = ("text", "query", "title")
 
 
 def read_queries(path: PathLike, topic_fields: tuple[str, ...] = ("title",)) -> dict[str, str]:
-    """{qid: text} from JSON lines (`_id`, `text`), a `qid<TAB>text` tsv, or classic TREC SGML topics
-    (`<top><num> Number: 301 <title> ...`; `topic_fields` picks which of title/desc/narr make the query)."""
+    """{qid: text} from JSON lines (`_id`, `text`), a `qid<TAB>text` tsv, classic TREC SGML topics
+    (`<top><num> Number: 301 <title> ...`) or the XML topics of TREC 2009+ (`<topic number="1"><query> ...`;
+    `topic_fields` picks which of title/desc/narr make the query; in XML title is `<query>` or `<title>`)."""
     rows = lines(path)
     if is_jsonl(path):
         parsed = (
@@ -195,7 +197,7 @@ def read_queries(path: PathLike, topic_fields: tuple[str, ...] = ("title",)) -> 
     else:
         first = next(rows, (0, ""))
         rows = itertools.chain([first], rows)
-        sgml = first[1].lstrip().lower().startswith("<top")
+        sgml = first[1].lstrip().startswith("<")  # <top>, or XML's <?xml / <topics> / <webtrack2009>
         parsed = _trec_topics(path, rows, topic_fields) if sgml else _tsv_queries(path, rows)
     queries: dict[str, str] = {}
     seen: dict[str, int] = {}
@@ -220,24 +222,46 @@ def _tsv_queries(path: PathLike, rows: Iterable[tuple[int, str]]) -> Iterator[tu
 
 _TOPIC_TAG = re.compile(r"<(\w+)>([^<]*)")  # an opening tag and the text up to the next tag (closing tags optional)
 _TOPIC_LABEL = re.compile(r"^(number|topic|description|narrative)\s*:\s*", re.IGNORECASE)
+_XML_TOPIC = re.compile(r"<topic\b([^>]*)>", re.IGNORECASE)
+_XML_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
+_FIELD_ALIASES = {"query": "title", "description": "desc", "narrative": "narr"}  # XML topics' names for SGML's
 
 
 def _trec_topics(path: PathLike, rows: Iterable[tuple[int, str]], fields: tuple[str, ...]):
-    """Yield (line of <top>, qid, text) for each <top>...</top> block of a TREC topics file."""
+    """Yield (line of the opening tag, qid, text) for each `<top>...</top>` (SGML) or `<topic number="N">...
+    </topic>` (XML) block of a TREC topics file. A block left open is an error: it would drop a topic silently."""
     block: list[str] = []
-    start = 0
+    start, closing = 0, ""
     for lineno, line in rows:
         lower = line.lower()
-        if "<top>" in lower:
-            block, start = [], lineno
-        block.append(line)
-        if "</top>" in lower:
-            tags = {}
-            for tag, value in _TOPIC_TAG.findall(" ".join(block)):
-                tags.setdefault(tag.lower(), _TOPIC_LABEL.sub("", " ".join(value.split())))
-            if not tags.get("num"):
-                raise DataError(f"{where(path, start)}: topic without a <num> number")
-            yield start, tags["num"], " ".join(tags.get(f, "") for f in fields).strip()
+        ends_with = "</top>" if "<top>" in lower else "</topic>" if _XML_TOPIC.search(line) else ""
+        if ends_with:
+            if closing:
+                raise DataError(f"{where(path, start)}: this topic has no {closing} before the next one opens "
+                                f"(line {lineno}); close it")
+            block, start, closing = [], lineno, ends_with
+        if closing:
+            block.append(line)
+        if closing and closing in lower:
+            yield start, *_topic(path, start, " ".join(block), closing == "</topic>", fields)
+            closing = ""
+    if closing:
+        raise DataError(f"{where(path, start)}: this topic has no {closing} (the file ends inside it); close it")
+
+
+def _topic(path: PathLike, start: int, text: str, xml: bool, fields: tuple[str, ...]) -> tuple[str, str]:
+    """(qid, query text) of one topic block."""
+    tags: dict[str, str] = {}
+    for tag, value in _TOPIC_TAG.findall(text):
+        value = html.unescape(value) if xml else value
+        tag = _FIELD_ALIASES.get(tag.lower(), tag.lower()) if xml else tag.lower()
+        tags.setdefault(tag, _TOPIC_LABEL.sub("", " ".join(value.split())))
+    if xml:
+        number = _XML_NUMBER.search(_XML_TOPIC.search(text).group(1))
+        tags["num"] = number.group(1) if number else tags.get("num", "")
+    if not tags.get("num"):
+        raise DataError(f"{where(path, start)}: topic without a {'number=' if xml else '<num>'} number")
+    return tags["num"], " ".join(tags.get(f, "") for f in fields).strip()
 
 
 def read_qrels(path: PathLike, queries: Container[str], corpus: Corpus) -> dict[str, dict[str, int]]:

@@ -32,7 +32,6 @@ def load_msmarco(
     if not path.is_dir():
         raise DataError(f"{path}: MS MARCO folder not found; it needs collection.tsv, queries.*.tsv, qrels.*.tsv")
     corpus = corpus or TextFileCorpus(path / "collection.tsv")
-    queries = {**read_queries(path / "queries.train.tsv"), **read_queries(path / "queries.dev.tsv")}
     test_qrels = path / "qrels.dev.small.tsv"
     if not test_qrels.exists():
         test_qrels = path / "qrels.dev.tsv"
@@ -41,7 +40,12 @@ def load_msmarco(
     # dev is carved from train, so asking for dev reads the train qrels
     wanted_files = {"train"} if {"train", "dev"} & set(wanted) else set()
     wanted_files |= {"test"} & set(wanted)
-    qrels = {s: read_qrels(p, queries, corpus) for s, p in files.items() if s in wanted_files}
-    if not qrels:
+    if not wanted_files:
         raise DataError(f"{path}: MS MARCO has train (with a carved dev) and test splits, not {list(wanted)}")
+    # only the wanted splits' queries are read: queries.train.tsv holds 808k queries a test run never needs
+    queries = {}
+    for split, name_ in (("train", "queries.train.tsv"), ("test", "queries.dev.tsv")):
+        if split in wanted_files:
+            queries |= read_queries(path / name_)
+    qrels = {s: read_qrels(p, queries, corpus) for s, p in files.items() if s in wanted_files}
     return assemble(name or path.name, corpus, queries, qrels, dev_fraction, seed)
