@@ -55,7 +55,7 @@ import Stemmer
 from . import kernels
 from .feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
 from .index import idf_lucene
-from .io import fingerprint, load_arrays, save_arrays, sha256
+from .io import fingerprint, load_or_compute, sha256
 from .progress import Progress
 from .retrieval import Retriever
 
@@ -416,14 +416,11 @@ def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: 
         return miner.mine(query_terms, query_vectors)
     vectors = None if query_vectors is None else sha256(np.ascontiguousarray(query_vectors).tobytes())
     meta = {"key": fingerprint(miner.config_key(), query_terms, vectors), "name": name}
-    folder = Path(cache_dir) / f"candidates-{name}-{meta['key']}"
-    arrays = load_arrays(folder, meta)
-    if arrays is not None:
-        log.info("candidates for %s: loaded from cache %s", name, folder)
-        return CandidateSet(arrays["terms"], arrays["features"], miner.feature_names, arrays.get("first"))
-    if folder.exists():
-        log.warning("candidate cache %s is incomplete or damaged; mining again", folder)
-    cands = miner.mine(query_terms, query_vectors)
-    extra = {} if cands.first is None else {"first": cands.first}
-    save_arrays(folder, {"terms": cands.terms, "features": cands.features, **extra}, meta)
-    return cands
+
+    def mine() -> dict[str, np.ndarray]:
+        cands = miner.mine(query_terms, query_vectors)
+        return {"terms": cands.terms, "features": cands.features, **({} if cands.first is None else {"first": cands.first})}
+
+    arrays, _ = load_or_compute(Path(cache_dir) / f"candidates-{name}-{meta['key']}", meta, mine,
+                                f"candidates for {name}")
+    return CandidateSet(arrays["terms"], arrays["features"], miner.feature_names, arrays.get("first"))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import AdaptiveIRError
-from .io import atomic_write_json, fingerprint, load_arrays, save_arrays, sha256
+from .io import atomic_write_json, fingerprint, load_or_compute, sha256
 from .progress import Progress
 from .text import TOKEN_PATTERN, Analyzer, CorpusTerms
 
@@ -72,15 +72,9 @@ class LSAEmbedder:
         """What cached vectors depend on: the fit's corpus itself (the identity, which policy specs record, only
         summarises it)."""
         folder = None if cache_dir is None or corpus_key is None else Path(cache_dir) / f"lsa-{fingerprint(meta)}"
-        arrays = None if folder is None else load_arrays(folder, meta)
-        if arrays is not None:
-            self.term_vectors, self.idf = arrays["term_vectors"], arrays["idf"]
-            return
-        if folder is not None and folder.exists():
-            log.warning("LSA cache %s is damaged or incomplete; fitting again", folder)
-        self.term_vectors, self.idf = self._fit(corpus, dim, seed)
-        if folder is not None:
-            save_arrays(folder, {"term_vectors": self.term_vectors, "idf": self.idf}, meta)
+        arrays, _ = load_or_compute(folder, meta, lambda: dict(zip(("term_vectors", "idf"), self._fit(corpus, dim, seed))),
+                                    "LSA fit")
+        self.term_vectors, self.idf = arrays["term_vectors"], arrays["idf"]
 
     @staticmethod
     def _fit(corpus: CorpusTerms, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -287,17 +281,13 @@ class EmbeddingCache:
             return np.zeros((0, embedder.dim), np.float32)
         meta = {"texts": sha256(json.dumps(distinct).encode("utf-8")), "rows": len(distinct)}
         entry = None if self.folder is None or not store else self.folder / f"table-{meta['texts'][:24]}"
-        arrays = None if entry is None else load_arrays(entry, meta)
-        if arrays is not None and arrays["vectors"].shape == (len(distinct), embedder.dim):
-            vectors = arrays["vectors"]
+        # the provider identity (the folder's name) fixes the width, ``meta`` the rows
+        arrays, hit = load_or_compute(entry, meta, lambda: {"vectors": embedder.encode(distinct)}, "embeddings")
+        vectors = arrays["vectors"]
+        if hit:
             self.hits += len(texts)
         else:
-            if entry is not None and entry.exists():
-                log.warning("embedding cache %s is damaged or incomplete; rebuilding it", entry)
-            vectors = embedder.encode(distinct)
             self.misses += len(distinct)
-            if entry is not None:
-                save_arrays(entry, {"vectors": vectors}, meta)
         if len(distinct) == len(texts):
             return vectors
         row = {t: i for i, t in enumerate(distinct)}

@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import BinaryIO
 
 import numpy as np
@@ -190,6 +191,23 @@ def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
         return None
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
+
+
+def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[], dict[str, np.ndarray]],
+                    what: str) -> tuple[dict[str, np.ndarray], bool]:
+    """(arrays, whether they came from the cache): the entry ``folder`` when it matches ``meta`` (``load_arrays``),
+    else ``compute()``'s arrays, saved there. A damaged entry is reported and computed again; ``folder`` None:
+    computed, not stored (one-off inputs)."""
+    arrays = None if folder is None else load_arrays(folder, meta)
+    if arrays is not None:
+        log.info("%s: loaded from cache %s", what, folder)
+        return arrays, True
+    if folder is not None and Path(folder).exists():
+        log.warning("%s: cache %s is damaged or incomplete; computing it again", what, folder)
+    arrays = compute()
+    if folder is not None:
+        save_arrays(folder, arrays, meta)
+    return arrays, False
 
 
 def fingerprint(*parts) -> str:

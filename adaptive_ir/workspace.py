@@ -23,7 +23,7 @@ from .env import QuerySet
 from .errors import DataError
 from .evaluate import rm3_expansion
 from .feedback import SemanticFeedback
-from .io import fingerprint, load_arrays, save_arrays, sha256
+from .io import fingerprint, load_or_compute, sha256
 from .progress import Phases
 from .retrieval import Retriever
 from .text import Analyzer
@@ -44,19 +44,15 @@ def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int,
     vectors = None if query_vectors is None else sha256(np.ascontiguousarray(query_vectors).tobytes())
     fb = None if feedback is None else [feedback.identity, feedback.depth]
     meta = {"key": fingerprint("rm3-start", retriever.index.meta, fb_docs, fb, terms, vectors, "v1")}
-    folder = Path(cache_dir) / f"start-rm3-{meta['key']}"
-    arrays = load_arrays(folder, meta)
-    if arrays is None:
-        if folder.exists():
-            log.warning("RM3 start cache %s is incomplete or damaged; computing it again", folder)
+
+    def expand() -> dict[str, np.ndarray]:
         start_terms, weights = rm3_expansion(retriever, terms, fb_docs, feedback=feedback,
                                              query_vectors=query_vectors, unit_query=True)
         offsets = np.cumsum([0, *map(len, start_terms)])
-        arrays = {"offsets": offsets, "terms": np.fromiter((t for q in start_terms for t in q), np.int64, offsets[-1]),
-                  "weights": np.fromiter((w for q in weights for w in q), np.float64, offsets[-1])}
-        save_arrays(folder, arrays, meta)
-        return start_terms, weights
-    log.info("RM3 start: loaded from cache %s", folder)
+        return {"offsets": offsets, "terms": np.fromiter((t for q in start_terms for t in q), np.int64, offsets[-1]),
+                "weights": np.fromiter((w for q in weights for w in q), np.float64, offsets[-1])}
+
+    arrays, _ = load_or_compute(Path(cache_dir) / f"start-rm3-{meta['key']}", meta, expand, "RM3 start")
     bounds = arrays["offsets"].tolist()
     flat_t, flat_w = arrays["terms"].tolist(), arrays["weights"].tolist()
     return ([flat_t[a:b] for a, b in zip(bounds, bounds[1:])], [flat_w[a:b] for a, b in zip(bounds, bounds[1:])])

@@ -253,7 +253,7 @@ def test_lsa_fit_is_cached_by_corpus_content_dimension_and_seed(tiny_corpus, tmp
     (entry / "arrays.npz").write_bytes(bytes(data))
     caplog.set_level("WARNING")
     LSAEmbedder(corpus, analyzer, dim=4, seed=4, cache_dir=tmp_path, corpus_key="sha-a")
-    assert len(fits) == 5 and "LSA cache" in caplog.text and "fitting again" in caplog.text
+    assert len(fits) == 5 and "LSA fit: cache" in caplog.text and "computing it again" in caplog.text
 
 
 class Counting:
