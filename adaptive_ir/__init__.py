@@ -5,10 +5,16 @@ same names do (``adaptive_ir/api.py``, which also has ``export``); ``adaptive_ir
 queries.
 """
 
+import os
 import sys
 import types
 
 __version__ = "0.1.0"
+
+# bm25s (our stopword list) runs a JAX operation when imported, if JAX is installed (Kaggle's and most GPU images
+# have it): on a GPU, JAX would then take 75 % of the GPU's memory for itself, and torch, which does all the work
+# here, would run out. JAX, if anything, runs on the CPU; a JAX_PLATFORMS set by the user wins.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from .api import TrainResult, evaluate, evaluate_pretrained, train  # noqa: E402 - after __version__, which setuptools reads
 

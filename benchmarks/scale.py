@@ -51,9 +51,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN as STOPWORDS
 
-import _common as common
+import _common as common  # first: adaptive_ir keeps JAX, which bm25s calls on import, off the GPU
+from bm25s.stopwords import STOPWORDS_EN as STOPWORDS
 
 DEFAULT_SIZES = "10000,100000,1000000"
 TOP_K = 100

@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import time
 
-import bm25s
 import numpy as np
 import torch
 from rank_bm25 import BM25Okapi
 
 from adaptive_ir.index import BM25Index
 from adaptive_ir.text import Analyzer, CorpusTerms
+import bm25s  # after adaptive_ir, which keeps JAX (bm25s calls it on import) off the GPU
 
 import _common as common
 

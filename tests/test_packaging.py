@@ -93,3 +93,23 @@ def test_ci_runs_the_readme_test_command_verbatim_then_ruff():
     command = re.search(r"^(bash scripts/setup\.sh test && python -m pytest .*?)\s+#", readme, re.M)[1].strip()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert command in ci and ci.index(command) < ci.index("python -m ruff check .")
+
+
+def test_jax_stays_off_the_gpu_when_bm25s_calls_it_on_import(tmp_path):
+    # bm25s runs jax.lax.top_k when imported if JAX is installed; on a GPU that call would take 75 % of its memory
+    # for JAX (seen on an H100: torch then ran out). A stand-in jax records the platform JAX would start on.
+    fake = tmp_path / "site" / "jax"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "lax.py").write_text(
+        "import os, pathlib\n"
+        "def top_k(x, k):\n"
+        f"    pathlib.Path({str(tmp_path / 'platform')!r}).write_text(os.environ.get('JAX_PLATFORMS', 'unset'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(ROOT)])}
+    env.pop("JAX_PLATFORMS", None)
+    subprocess.run([sys.executable, "-c", "import adaptive_ir.text, bm25s"], check=True, env=env, timeout=120)
+    assert (tmp_path / "platform").read_text() == "cpu"
+    subprocess.run([sys.executable, "-c", "import adaptive_ir.text"], check=True, timeout=120,
+                   env={**env, "JAX_PLATFORMS": "cuda"})
+    assert (tmp_path / "platform").read_text() == "cuda"  # the user's own setting wins
