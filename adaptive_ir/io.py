@@ -13,8 +13,8 @@ import json
 import logging
 import os
 import tempfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
