@@ -476,6 +476,8 @@ def test_trec_xml_topics(tmp_path):
     # TREC 2009+ (Web, Session, ...) topics: the number an attribute, title in <query>, entities unescaped
     (tmp_path / "topics.xml").write_text(TOPICS_XML)
     assert read_queries(tmp_path / "topics.xml") == {"1": "obama family tree", "2": "french lick resort & casino"}
+    (tmp_path / "one-line.xml").write_text("".join(TOPICS_XML.splitlines()))  # a file written without newlines
+    assert read_queries(tmp_path / "one-line.xml") == read_queries(tmp_path / "topics.xml")
     both = read_queries(tmp_path / "topics.xml", topic_fields=("title", "desc"))
     assert both["1"] == "obama family tree Find information on President Barack Obama's family history & genealogy."
 

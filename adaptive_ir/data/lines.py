@@ -224,6 +224,7 @@ _TOPIC_TAG = re.compile(r"<(\w+)>([^<]*)")  # an opening tag and the text up to 
 _TOPIC_LABEL = re.compile(r"^(number|topic|description|narrative)\s*:\s*", re.IGNORECASE)
 _XML_TOPIC = re.compile(r"<topic\b([^>]*)>", re.IGNORECASE)
 _XML_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
+_BLOCK_START = re.compile(r"(?=<top>|<topic\b)", re.IGNORECASE)
 _FIELD_ALIASES = {"query": "title", "description": "desc", "narrative": "narr"}  # XML topics' names for SGML's
 
 
@@ -232,7 +233,8 @@ def _trec_topics(path: PathLike, rows: Iterable[tuple[int, str]], fields: tuple[
     </topic>` (XML) block of a TREC topics file. A block left open is an error: it would drop a topic silently."""
     block: list[str] = []
     start, closing = 0, ""
-    for lineno, line in rows:
+    parts = ((n, part) for n, line in rows for part in _BLOCK_START.split(line) if part)  # one-line XML too
+    for lineno, line in parts:
         lower = line.lower()
         ends_with = "</top>" if "<top>" in lower else "</topic>" if _XML_TOPIC.search(line) else ""
         if ends_with:
