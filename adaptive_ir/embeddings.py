@@ -281,8 +281,8 @@ class EmbeddingCache:
             return np.zeros((0, embedder.dim), np.float32)
         meta = {"texts": sha256(json.dumps(distinct).encode("utf-8")), "rows": len(distinct)}
         entry = None if self.folder is None or not store else self.folder / f"table-{meta['texts'][:24]}"
-        # the provider identity (the folder's name) fixes the width, ``meta`` the rows
-        arrays, hit = load_or_compute(entry, meta, lambda: {"vectors": embedder.encode(distinct)}, "embeddings")
+        arrays, hit = load_or_compute(entry, meta, lambda: {"vectors": embedder.encode(distinct)}, "embeddings",
+                                      valid=lambda a: a["vectors"].shape == (len(distinct), embedder.dim))
         vectors = arrays["vectors"]
         if hit:
             self.hits += len(texts)

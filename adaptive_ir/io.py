@@ -194,11 +194,14 @@ def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
 
 
 def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[], dict[str, np.ndarray]],
-                    what: str) -> tuple[dict[str, np.ndarray], bool]:
-    """(arrays, whether they came from the cache): the entry ``folder`` when it matches ``meta`` (``load_arrays``),
-    else ``compute()``'s arrays, saved there. A damaged entry is reported and computed again; ``folder`` None:
-    computed, not stored (one-off inputs)."""
+                    what: str, valid: Callable[[dict[str, np.ndarray]], bool] | None = None
+                    ) -> tuple[dict[str, np.ndarray], bool]:
+    """(arrays, whether they came from the cache): the entry ``folder`` when it matches ``meta`` (``load_arrays``)
+    and passes ``valid``, else ``compute()``'s arrays, saved there. A damaged entry is reported and computed again;
+    ``folder`` None: computed, not stored (one-off inputs)."""
     arrays = None if folder is None else load_arrays(folder, meta)
+    if arrays is not None and valid is not None and not valid(arrays):
+        arrays = None
     if arrays is not None:
         log.info("%s: loaded from cache %s", what, folder)
         return arrays, True

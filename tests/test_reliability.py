@@ -262,7 +262,7 @@ def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
     _flip_last_byte(entry / "arrays.npz")
     caplog.set_level("WARNING")
     again = ws.candidates("reliability", texts, terms)
-    assert "damaged; mining again" in caplog.text
+    assert "damaged or incomplete; computing it again" in caplog.text
     np.testing.assert_array_equal(again.terms, first.terms)
     np.testing.assert_array_equal(again.features, first.features)
     caplog.clear()
@@ -304,7 +304,7 @@ def test_damaged_embedding_cache_is_rebuilt_not_used(small_workspace, tmp_path, 
                         {k: v for k, v in meta.items() if k != "sha256"})
     caplog.set_level("WARNING")
     got = EmbeddingCache(tmp_path, emb.identity).encode(emb, texts)
-    assert "embedding cache" in caplog.text and "rebuilding" in caplog.text
+    assert "embeddings: cache" in caplog.text and "computing it again" in caplog.text
     assert emb.encoded == 40  # encoded again, not read from the damaged entry
     np.testing.assert_array_equal(got, expected)
     caplog.clear()
