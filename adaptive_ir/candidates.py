@@ -426,7 +426,8 @@ def mine_cached(miner: CandidateMiner, query_terms: list[list[int]], cache_dir: 
 
     def mine(lo: int, hi: int) -> dict[str, np.ndarray]:
         cands = miner.mine(query_terms[lo:hi], None if query_vectors is None else query_vectors[lo:hi])
-        return {"terms": cands.terms, "features": cands.features, **({} if cands.first is None else {"first": cands.first})}
+        first = {} if cands.first is None else {"first": cands.first}
+        return {"terms": cands.terms, "features": cands.features, **first}
 
     arrays, _ = load_or_compute_rows(Path(cache_dir) / f"candidates-{name}-{meta['key']}", meta, len(query_terms),
                                      MINE_PART_QUERIES, mine, f"candidates for {name}")

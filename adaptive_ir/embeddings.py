@@ -72,8 +72,12 @@ class LSAEmbedder:
         """What cached vectors depend on: the fit's corpus itself (the identity, which policy specs record, only
         summarises it)."""
         folder = None if cache_dir is None or corpus_key is None else Path(cache_dir) / f"lsa-{fingerprint(meta)}"
-        arrays, _ = load_or_compute(folder, meta, lambda: dict(zip(("term_vectors", "idf"), self._fit(corpus, dim, seed))),
-                                    "LSA fit")
+
+        def fit() -> dict[str, np.ndarray]:
+            term_vectors, idf = self._fit(corpus, dim, seed)
+            return {"term_vectors": term_vectors, "idf": idf}
+
+        arrays, _ = load_or_compute(folder, meta, fit, "LSA fit")
         self.term_vectors, self.idf = arrays["term_vectors"], arrays["idf"]
 
     @staticmethod

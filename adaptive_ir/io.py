@@ -206,7 +206,7 @@ def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[],
     if arrays is not None:
         log.info("%s: loaded from cache %s", what, folder)
         return arrays, True
-    if folder is not None and Path(folder).exists():
+    if folder is not None and any((Path(folder) / name).exists() for name in ("meta.json", "arrays.npz")):
         log.warning("%s: cache %s is damaged or incomplete; computing it again", what, folder)
     arrays = compute()
     if folder is not None:
@@ -221,30 +221,23 @@ def load_or_compute_rows(folder: str | Path, meta: dict, rows: int, part_rows: i
     every array, which are concatenated along their first axis): each finished part is an entry of its own
     (``<folder>/parts/<lo>-<hi>/``), so an interrupted computation (minutes at 100k+ queries) resumes at the first
     part not stored. The whole entry is saved at the end and the parts removed."""
-    arrays = load_arrays(folder, meta)
-    if arrays is not None:
-        log.info("%s: loaded from cache %s", what, folder)
-        return arrays, True
     folder = Path(folder)
-    if (folder / "meta.json").exists():
-        log.warning("%s: cache %s is damaged or incomplete; computing it again", what, folder)
-    parts, resumed = [], 0
-    for lo in range(0, rows, part_rows):
-        hi = min(rows, lo + part_rows)
-        entry, part_meta = folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]}
-        part = load_arrays(entry, part_meta)
-        if part is None:
-            part = compute(lo, hi)
-            save_arrays(entry, part, part_meta)
-        else:
-            resumed += hi - lo
-        parts.append(part)
-    if resumed:
-        log.info("%s: %d of %d rows read from an interrupted run's parts in %s", what, resumed, rows, folder)
-    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else compute(0, 0)
-    save_arrays(folder, arrays, meta)
+
+    def in_parts() -> dict[str, np.ndarray]:
+        parts, resumed = [], 0
+        for lo in range(0, rows, part_rows):
+            hi = min(rows, lo + part_rows)
+            part, hit = load_or_compute(folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]},
+                                        lambda: compute(lo, hi), f"{what}, rows {lo}-{hi}")
+            resumed += (hi - lo) * hit
+            parts.append(part)
+        if resumed:
+            log.info("%s: %d of %d rows read from an interrupted run's parts in %s", what, resumed, rows, folder)
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else compute(0, 0)
+
+    arrays, hit = load_or_compute(folder, meta, in_parts, what)
     shutil.rmtree(folder / "parts", ignore_errors=True)
-    return arrays, False
+    return arrays, hit
 
 
 def fingerprint(*parts) -> str:

@@ -44,8 +44,8 @@ def load_msmarco(
         raise DataError(f"{path}: MS MARCO has train (with a carved dev) and test splits, not {list(wanted)}")
     # only the wanted splits' queries are read: queries.train.tsv holds 808k queries a test run never needs
     queries = {}
-    for split, name_ in (("train", "queries.train.tsv"), ("test", "queries.dev.tsv")):
+    for split, filename in (("train", "queries.train.tsv"), ("test", "queries.dev.tsv")):
         if split in wanted_files:
-            queries |= read_queries(path / name_)
+            queries |= read_queries(path / filename)
     qrels = {s: read_qrels(p, queries, corpus) for s, p in files.items() if s in wanted_files}
     return assemble(name or path.name, corpus, queries, qrels, dev_fraction, seed)

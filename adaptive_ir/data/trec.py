@@ -24,9 +24,10 @@ def load_trec(
     topic_fields: tuple[str, ...] = ("title",),
     corpus: Corpus | None = None,
 ) -> Collection:
-    """TREC topics (SGML `<top>` blocks, TREC 2009+ XML `<topic number=...>` or `qid<TAB>text`), TREC qrels (`qid 0 docid rel`) per split, and a
-    jsonl or tsv corpus (see `TextFileCorpus`). Query text = the `topic_fields` of each topic (default: title).
-    `corpus`: the corpus at `corpus_path`, already loaded, so it is not validated again."""
+    """TREC topics (SGML `<top>` blocks, TREC 2009+ XML `<topic number=...>` or `qid<TAB>text`), TREC qrels
+    (`qid 0 docid rel`) per split, and a jsonl or tsv corpus (see `TextFileCorpus`). Query text = the
+    `topic_fields` of each topic (default: title). `corpus`: the corpus at `corpus_path`, already loaded, so it is
+    not validated again."""
     if not qrels_path_by_split:
         raise DataError("load_trec: no qrels files given; pass {'test': 'path/to/qrels', ...}")
     corpus_path = Path(corpus_path)
