@@ -25,6 +25,11 @@ RUN = {
 }
 
 
+def tiny_collection() -> Collection:
+    return Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS),
+                      {}, {})
+
+
 def test_evaluate_run_equals_hand_computed():
     got = evaluate_run(QRELS, RUN)
     assert list(got) == METRIC_NAMES
@@ -78,7 +83,7 @@ def test_runs_list_only_documents_sharing_a_term_with_the_query():
     idx = np.array([[3, 0, 1, 2], [0, 1, 2, 3]])
     assert to_run(["a", "b"], ["d0", "d1", "d2", "d3"], scores, idx) == {"a": {"d3": 2.5, "d0": 1.0}, "b": {}}
     # "fox" is in 2 of 8 documents, "zebra" in none: top-5 pads with zero-score documents, which are not results
-    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    coll = tiny_collection()
     r = Retriever.build(coll)
     texts = ["fox", "zebra", "quick fox"]
     bm25 = bm25_run(r, ["fox", "zebra", "quick"], texts, k=5)
@@ -107,7 +112,7 @@ def test_rm3_breaks_ties_by_first_appearance_in_the_feedback_documents():
 
 def test_rm3_reads_every_feedback_document_in_one_call():
     # a gzipped corpus is decompressed once per read by position: one read per query would be quadratic
-    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    coll = tiny_collection()
     r = Retriever.build(coll)
     calls = []
     r.doc_texts = lambda idx: calls.append(list(idx)) or coll.doc_texts_at(idx)
@@ -200,7 +205,7 @@ def test_format_table():
 
 def test_rm3_with_unit_query_words_is_the_same_query_scaled():
     # retrieval.start = rm3: each query word weighs 1 (its count), the whole query scaled by |q| / orig_weight
-    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    coll = tiny_collection()
     r = Retriever.build(coll)
     terms = r.encode(["quick fox fox", "lazy dog"])
     plain = rm3_expansion(r, terms, fb_docs=3, orig_weight=0.4)
@@ -216,7 +221,7 @@ def test_rm3_with_unit_query_words_is_the_same_query_scaled():
 
 def test_rm3_expansion_in_chunks_changes_no_number():
     # 100k+ train queries are expanded a chunk at a time; each query's expansion is its own, semantic feedback too
-    coll = Collection("tiny", MemoryCorpus([f"d{i}" for i in range(len(TINY_DOCS))], [""] * len(TINY_DOCS), TINY_DOCS), {}, {})
+    coll = tiny_collection()
     r = Retriever.build(coll)
     terms = r.encode(["quick fox fox", "lazy dog", "fox", "brown dog jumps"])
     rng = np.random.default_rng(0)
