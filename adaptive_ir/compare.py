@@ -251,14 +251,16 @@ def format_report(r: dict) -> str:
                   f"and against the best fixed rule ({r['best_fixed_rule']}: "
                   f"{r['best_fixed_rule_by']}). p: two-sided sign-flip randomization test ({r['permutations']:,} "
                   f"random sign assignments, seed {r['permutation_seed']}; exact when 2^n is fewer) and scipy's "
-                  "paired t-test. W/T/L: queries where the agent is above / equal to / below.", "",
-                  "| agent vs | metric | agent | other | Δ | p (randomization) | p (t-test) | W / T / L |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "paired t-test. W/T/L: queries where the agent is above / equal to / below. MDE: the smallest |Δ| "
+                  "the t-test over these queries finds with 80 % power at 0.05, at the observed spread of the "
+                  "differences (`stats.min_detectable_effect`).", "",
+                  "| agent vs | metric | agent | other | Δ | p (randomization) | p (t-test) | W / T / L | MDE |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for other, rows in r["tests"].items():
             for t in rows:
                 lines.append(f"| {other} | {t['metric']} | {t['mean_a']:.4f} | {t['mean_b']:.4f} | "
                              f"{t['delta']:+.4f} | {_p(t['p_randomization'])} | {_p(t['p_t'])} | "
-                             f"{t['wins']} / {t['ties']} / {t['losses']} |")
+                             f"{t['wins']} / {t['ties']} / {t['losses']} | {t['mde']:.4f} |")
     return "\n".join(lines)
 
 

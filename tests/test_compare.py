@@ -89,6 +89,7 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
                                                            abs=1e-12)
             assert row["p_t"] == pytest.approx(stats.t_test_p(agent, base), rel=1e-6)
             assert (row["wins"], row["ties"], row["losses"]) == stats.wins_ties_losses(agent, base)
+            assert row["mde"] == pytest.approx(stats.min_detectable_effect(agent, base), rel=1e-9)
     assert json.loads((root / "compare-test.json").read_text()) == json.loads(json.dumps(report))
     assert (root / "compare-test.md").read_text() == text + "\n"
     assert "| agent | " in text and " ± " in text and "| bm25 | R@40 |" in text
