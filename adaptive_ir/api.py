@@ -13,6 +13,8 @@ Overrides are config keys, ``section.key`` (in a dict: ``**{"training.num_epochs
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,11 +158,16 @@ def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, base
     return results, ws.collection.name, origin
 
 
-def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = None) -> Path:
+def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = None,
+           apply: dict[str, str] | None = None) -> Path:
     """Write a checkpoint's policy as ``policy.safetensors`` + ``policy.json`` (spec, data identity, config) +
     ``README.md`` (model card) into ``folder``. A checkpoint written before specs were recorded is read with its
-    collection (``data_dir`` if it moved) to work its spec out."""
+    collection (``data_dir`` if it moved) to work its spec out. ``apply``: settings (``SECTION.KEY`` → value, as
+    ``--set``) the policy is applied with on a collection, over its training config; checked to be valid settings
+    that leave its spec alone."""
     from .checkpoint import load_checkpoint, load_for_inference
+    from .config import _build, _Origins
+    from .errors import ConfigError
     from .export import export_policy
     from .spec import data_identity, policy_spec
 
@@ -170,7 +177,13 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     else:  # rebuilt over its collection (load_for_inference checks that the weights fit)
         cfg, ws, _, _, state = load_for_inference(checkpoint, "cpu", data_dir)
         spec, data = policy_spec(cfg, ws), data_identity(ws)
-    return export_policy(state, spec, data, folder, str(checkpoint))
+    apply = dict(apply or {})
+    fixed = sorted(k for k in apply if k in spec)
+    if fixed:
+        raise ConfigError(f"export --apply {', '.join(fixed)}: part of the policy's spec (its weights were trained "
+                          "for the value they have); apply only settings outside the spec")
+    _build(json.loads(json.dumps(state["config"])), _Origins(f"checkpoint {checkpoint}", {}), apply, warn=False)
+    return export_policy(state, spec, data, folder, str(checkpoint), apply)
 
 
 __all__ = ["train", "evaluate", "evaluate_pretrained", "export", "TrainResult"]

@@ -113,7 +113,8 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
                       overrides: dict[str, object] | None = None) -> tuple[Config, Path, dict]:
     """(config, path, policy) to apply a trained policy to a collection it may never have seen: the policy's own
     config (index, miner, embedder, network: what its weights mean), its data section replaced by ``data_dir``
-    (a BEIR folder; None: the embedded default collection; dev carved with PRETRAINED_SPLIT_SEED), caches under ``runs/pretrained/<collection>``, then
+    (a BEIR folder; None: the embedded default collection; dev carved with PRETRAINED_SPLIT_SEED), caches under
+    ``runs/pretrained/<collection>``, then the settings the policy is applied with (an export's ``apply``), then
     ``overrides`` (``--set``). The collection is indexed, mined and embedded on first use, and cached."""
     from .config import _build, _Origins
 
@@ -125,7 +126,7 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
     raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
                            init_from=None, log_dir=None, checkpoint_dir=None)
     raw["embeddings"]["cache_dir"] = None
-    cfg = _build(raw, _Origins(f"policy {path}", {}), overrides or {}, warn=False)
+    cfg = _build(raw, _Origins(f"policy {path}", {}), {**state.get("apply", {}), **(overrides or {})}, warn=False)
     return cfg, path, state
 
 

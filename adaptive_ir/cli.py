@@ -103,18 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--checkpoint", required=True)
     x.add_argument("--output-dir", required=True, help="folder to write the three files into")
     x.add_argument("--data-dir", help="the collection, for a checkpoint written before specs were recorded")
+    x.add_argument("--apply", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="a setting the policy is applied with on a collection (evaluate/reformulate --policy, "
+                   "Reformulator.from_pretrained), over its training config; repeatable")
     x.add_argument("--debug", action="store_true")
     return ap
 
 
-def _overrides(args) -> dict[str, object]:
+def _settings(items: list[str], flag: str = "--set") -> dict[str, object]:
+    """SECTION.KEY=VALUE items (of ``flag``) as a dict."""
     o: dict[str, object] = {}
-    for item in args.set:
+    for item in items:
         if "=" not in item:
             from .errors import ConfigError
-            raise ConfigError(f"--set {item}: expected SECTION.KEY=VALUE")
+            raise ConfigError(f"{flag} {item}: expected SECTION.KEY=VALUE")
         k, v = item.split("=", 1)
         o[k.strip()] = v
+    return o
+
+
+def _overrides(args) -> dict[str, object]:
+    o = _settings(args.set)
     for flag, key in (("data_dir", "data.data_dir"), ("output_dir", "training.output_dir"),
                       ("device", "system.device"), ("seed", "system.seed"), ("epochs", "training.num_epochs"),
                       ("batch_size", "training.batch_size"), ("collect_batch_size", "training.collect_batch_size")):
@@ -325,7 +334,7 @@ def cmd_reformulate(args) -> int:
 def cmd_export(args) -> int:
     from .api import export
 
-    folder = export(args.checkpoint, args.output_dir, args.data_dir)
+    folder = export(args.checkpoint, args.output_dir, args.data_dir, _settings(args.apply, "--apply"))
     print(f"wrote {folder}/policy.safetensors, policy.json and README.md")
     return 0
 

@@ -146,9 +146,16 @@ class SentenceTransformerEmbedder:
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         return int(get_dim())
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        vecs = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                 normalize_embeddings=True, show_progress_bar=False)
+    def encode(self, texts: list[str], max_tokens: int | None = None) -> np.ndarray:
+        """Unit vectors of ``texts``, each read up to ``max_tokens`` tokens (None: the model's own limit)."""
+        limit = self.model.max_seq_length
+        if max_tokens is not None:
+            self.model.max_seq_length = min(limit, max_tokens)
+        try:
+            vecs = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
+                                     normalize_embeddings=True, show_progress_bar=False)
+        finally:
+            self.model.max_seq_length = limit
         return np.asarray(vecs, dtype=np.float32)
 
 
@@ -303,13 +310,15 @@ CORPUS_CHUNK_DOCS = 1024
 
 
 def encode_corpus(embedder, collection: "Collection", folder: str | Path, meta: dict,
-                  chunk_docs: int = CORPUS_CHUNK_DOCS, progress: bool = True) -> np.ndarray:
+                  chunk_docs: int = CORPUS_CHUNK_DOCS, progress: bool = True,
+                  max_tokens: int | None = None) -> np.ndarray:
     """Every document's vector, (num_docs, dim) float16, memory-mapped from ``<folder>/vectors.npy``.
 
     Encoded once, ``chunk_docs`` documents at a time, in corpus order, into a preallocated file; after each chunk
     its sha256 is appended to ``progress.json`` (atomic write), so a run that is interrupted (or killed) resumes
     at the first chunk not recorded, and a recorded chunk whose bytes no longer match is encoded again.
-    ``meta.json`` (written last) marks the file complete; ``meta`` (the model and corpus identity) must match.
+    ``meta.json`` (written last) marks the file complete; ``meta`` (the model and corpus identity, and
+    ``max_tokens``, the tokens of each document read, where set) must match.
     float16 halves the file; the re-ranking cosines are computed in float32 from it.
     """
     folder = Path(folder)
@@ -332,7 +341,8 @@ def encode_corpus(embedder, collection: "Collection", folder: str | Path, meta: 
             if c < len(done):
                 continue  # encoded by an earlier run
             lo = c * chunk_docs
-            vectors[lo:lo + len(texts)] = embedder.encode(texts).astype(np.float16)
+            encoded = embedder.encode(texts) if max_tokens is None else embedder.encode(texts, max_tokens)
+            vectors[lo:lo + len(texts)] = encoded.astype(np.float16)
             vectors.flush()
             done.append(sha256(vectors[lo:lo + len(texts)].tobytes()))
             atomic_write_json(folder / "progress.json", {**state, "chunks": done})

@@ -22,9 +22,11 @@ def shipped_policies() -> list[str]:
     return sorted(p.name for p in SHIPPED_DIR.glob("*") if (p / SPEC).is_file())
 
 
-def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, source: str) -> Path:
+def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, source: str,
+                  apply: dict[str, str] | None = None) -> Path:
     """Write ``state``'s weights with ``spec`` and ``data`` (checked against the state by the caller) into
-    ``folder``; ``source``: the checkpoint it came from (named in the card)."""
+    ``folder``; ``source``: the checkpoint it came from (named in the card). ``apply``: settings (``--set`` form)
+    the policy is applied with on a collection (``checkpoint.pretrained_config``), over its training config."""
     from safetensors.torch import save
 
     folder = Path(folder)
@@ -32,7 +34,7 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
                    metadata={"format": SPEC_FORMAT})
     counters, config = state.get("counters", {}), state["config"]
     meta = {"format": SPEC_FORMAT, "sha256": sha256(weights), "spec": spec, "data": data,
-            "also_data": state.get("also_data", []), "config": config,
+            "also_data": state.get("also_data", []), "config": config, "apply": dict(apply or {}),
             "origin": {"checkpoint": Path(source).name, "update": counters.get("update"),
                        "dev_selection": counters.get("best"), "run": state.get("run"),
                        "init_from_sha256": state.get("init_from_sha256"),
@@ -84,6 +86,12 @@ def model_card(meta: dict) -> str:
     command = origin.get("command")
     also_ids = "".join(f"; `{a['name']}`: corpus sha256 `{a.get('corpus_sha256')}`" for a in also)
     made = f"\n- **Command** (from the run's folder `{run.get('dir')}`): `{command}`" if command else ""
+    applied = meta.get("apply") or {}
+    trained_value = {k: cfg.get(k.split(".")[0], {}).get(k.split(".", 1)[-1]) for k in applied}
+    applied_with = (
+        "\n- **Applied with**: " + ", ".join(f"`{k}={v}` (trained with `{trained_value[k]}`)" for k, v in applied.items())
+        + " wherever it is applied (`evaluate`/`reformulate --policy`, `Reformulator.from_pretrained`); `--set` the "
+        "trained value to apply it as it was trained." if applied else "")
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
@@ -93,7 +101,7 @@ A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_
 - **Files**: `{WEIGHTS}` (weights, safetensors, sha256 `{meta['sha256']}`), `{SPEC}` (the spec below, the training
   data's identity, the full training config), this card.
 - **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
-  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{made}{started}
+  `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{made}{started}{applied_with}
 - **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`{also_ids}.
 - **Use**: on any collection, as it is: `adaptive-ir evaluate --policy <this folder> --data-dir <BEIR folder>
   --baselines`, `adaptive-ir reformulate --policy <this folder> --data-dir <BEIR folder> "query"`; fine-tune it

@@ -123,9 +123,12 @@ class Workspace:
                     key="candidate_mining.reranker_path")
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
         meta = {"model": self.fb_embedder.cache_key, "corpus": self.retriever.corpus_sha256}
+        if cm.rerank_max_tokens is not None:  # unset: the key of the caches written before the setting
+            meta["max_tokens"] = cm.rerank_max_tokens
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
         with self.phases("encode documents"):
-            vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress)
+            vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress,
+                                    max_tokens=cm.rerank_max_tokens)
         return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.cache_key)
 
     @property

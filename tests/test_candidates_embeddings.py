@@ -17,6 +17,7 @@ from adaptive_ir.candidates import QUERY_FEATURES, mine_cached
 from adaptive_ir.embeddings import (CORPUS_CHUNK_DOCS, EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder,
                                    SentenceTransformerEmbedder, encode_corpus)
 from adaptive_ir.errors import AdaptiveIRError
+from adaptive_ir.io import fingerprint
 from adaptive_ir.env import QuerySet, ReformulationEnv
 from adaptive_ir.text import Analyzer, CorpusTerms
 
@@ -414,6 +415,13 @@ def test_sentence_transformers_offline(monkeypatch):
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-4)
     np.testing.assert_allclose(vecs[0], vecs[2], atol=1e-5)
     assert abs(float(vecs[0] @ vecs[1])) < 0.99
+    # a token limit reads each text's first tokens only ([CLS], 6 word pieces, [SEP]), and leaves the model's own
+    a, b = "query reformulation with reinforcement learning agents " + "alpha " * 50, \
+        "query reformulation with reinforcement learning agents " + "omega " * 50
+    short = emb.encode([a, b], max_tokens=8)
+    np.testing.assert_allclose(short[0], short[1], atol=1e-6)
+    whole = emb.encode([a, b])
+    assert float(whole[0] @ whole[1]) < 0.99 and emb.model.max_seq_length == 256
 
 
 def test_legacy_word2vec_pickle(tmp_path):
@@ -531,11 +539,11 @@ class HashingModel:
         self.cache_key = self.identity
         HashingModel.instances.append(self)
 
-    def encode(self, texts):
+    def encode(self, texts, max_tokens=None):
         self.calls.append(len(texts))
         out = np.zeros((len(texts), self.dim), np.float32)
         for i, t in enumerate(texts):
-            for w in t.lower().split():
+            for w in t.lower().split()[:max_tokens]:
                 out[i] += np.random.default_rng(abs(hash(w)) % 2**32).standard_normal(self.dim)
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
 
@@ -546,8 +554,9 @@ def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatc
 
     monkeypatch.setattr(wsmod, "SentenceTransformerEmbedder", HashingModel)
     HashingModel.instances.clear()
-    over = {"training.output_dir": str(tmp_path), "candidate_mining.feedback": "semantic",
-            "candidate_mining.rerank_depth": "50", "candidate_mining.top_k0": "5"}
+    over = {"training.output_dir": str(tmp_path), "embeddings.cache_dir": str(tmp_path / "cache"),
+            "candidate_mining.feedback": "semantic", "candidate_mining.rerank_depth": "50",
+            "candidate_mining.top_k0": "5"}
     ws = wsmod.Workspace(load_config("quickstart", over), torch.device("cpu"), progress=False)
     model = HashingModel.instances[-1]
     n = len(ws.collection.doc_ids)
@@ -563,6 +572,16 @@ def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatc
     assert HashingModel.instances[-1].calls == []  # document vectors and query vectors came from the caches
     assert torch.equal(again.query_set("dev", qids[:10], texts[:10], qrels)[0].cand_terms, qs.cand_terms)
     assert HashingModel.instances[-1].calls == []
+    # a token limit for the documents is another cache entry (encoded once more, and the feedback differs); the
+    # entry without one keeps its key from before the setting existed
+    cache = ws.cfg.cache_path_dir
+    folders = [p.name for p in cache.glob("doc-vectors-*")]
+    assert folders == [f"doc-vectors-{fingerprint({'model': model.cache_key, 'corpus': ws.retriever.corpus_sha256})}"]
+    short = wsmod.Workspace(load_config("quickstart", {**over, "candidate_mining.rerank_max_tokens": "3"}),
+                            torch.device("cpu"), progress=False)
+    assert HashingModel.instances[-1].calls == [CORPUS_CHUNK_DOCS, n - CORPUS_CHUNK_DOCS]
+    assert len(list(cache.glob("doc-vectors-*"))) == 2
+    assert not torch.equal(short.feedback.doc_vectors, ws.feedback.doc_vectors)
 
 
 def test_rm3_over_semantic_feedback_uses_the_reranked_documents():

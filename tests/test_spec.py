@@ -153,6 +153,31 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
         read_export(folder)
 
 
+def test_an_export_carries_the_settings_it_is_applied_with(trained, tmp_path, capsys):
+    from adaptive_ir.checkpoint import pretrained_config
+
+    _, ckpt = trained
+    folder = tmp_path / "policy"
+    assert main(["export", "--checkpoint", str(ckpt), "--output-dir", str(folder), "--apply",
+                 "candidate_mining.feedback=semantic", "--apply", "candidate_mining.rerank_depth=200"]) == 0
+    exported, _ = read_export(folder)
+    assert exported["apply"] == {"candidate_mining.feedback": "semantic", "candidate_mining.rerank_depth": "200"}
+    assert exported["config"]["candidate_mining"]["feedback"] == "bm25"  # the training config is kept as it was
+    assert "**Applied with**: `candidate_mining.feedback=semantic` (trained with `bm25`)" in (folder / "README.md").read_text()
+    cfg = pretrained_config(folder, "some/beir-folder")[0]
+    assert (cfg.candidate_mining.feedback, cfg.candidate_mining.rerank_depth) == ("semantic", 200)
+    # the user's --set comes last; a checkpoint carries no such settings
+    assert pretrained_config(folder, "x", {"candidate_mining.feedback": "bm25"})[0].candidate_mining.feedback == "bm25"
+    assert pretrained_config(ckpt, "x")[0].candidate_mining.feedback == "bm25"
+    # a spec key (the weights were trained for its value) and a key that is no setting are refused by name
+    for item, message in (("rl_agent.hidden_dim=8", "rl_agent.hidden_dim: part of the policy's spec"),
+                          ("candidate_mining.feedbak=semantic", "did you mean 'feedback'")):
+        rc, err = run_cli(capsys, "export", "--checkpoint", str(ckpt), "--output-dir", str(tmp_path / "bad"),
+                          "--apply", item)
+        assert_clean_error(rc, err, message)
+    assert not (tmp_path / "bad").exists()
+
+
 # ------------------------------------------------------------------------------------------ shipped policies
 
 
