@@ -129,7 +129,9 @@ class Workspace:
         with self.phases("encode documents"):
             vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress,
                                     max_tokens=cm.rerank_max_tokens)
-        return SemanticFeedback(vectors, cm.rerank_depth, self.fb_embedder.cache_key)
+        # the vectors' identity keys the caches of what they pick (candidates, the RM3 start)
+        identity = {**self.fb_embedder.cache_key, **({"max_tokens": meta["max_tokens"]} if "max_tokens" in meta else {})}
+        return SemanticFeedback(vectors, cm.rerank_depth, identity)
 
     @property
     def feature_dim(self) -> int:

@@ -582,6 +582,8 @@ def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatc
     assert HashingModel.instances[-1].calls == [CORPUS_CHUNK_DOCS, n - CORPUS_CHUNK_DOCS]
     assert len(list(cache.glob("doc-vectors-*"))) == 2
     assert not torch.equal(short.feedback.doc_vectors, ws.feedback.doc_vectors)
+    # what those vectors pick is not read from the caches of the others: mined again, and differently
+    assert not torch.equal(short.query_set("dev", qids[:10], texts[:10], qrels)[0].cand_terms, qs.cand_terms)
 
 
 def test_rm3_over_semantic_feedback_uses_the_reranked_documents():
