@@ -89,7 +89,9 @@ def model_card(meta: dict) -> str:
     applied = meta.get("apply") or {}
     trained_value = {k: cfg.get(k.split(".")[0], {}).get(k.split(".", 1)[-1]) for k in applied}
     applied_with = (
-        "\n- **Applied with**: " + ", ".join(f"`{k}={v}` (trained with `{trained_value[k]}`)" for k, v in applied.items())
+        "\n- **Applied with**: " + ", ".join(f"`{k}={v}` " + (f"(trained with `{trained_value[k]}`)" if trained_value[k]
+                                                                is not None else "(unset in training)")
+                                            for k, v in applied.items())
         + " wherever it is applied (`evaluate`/`reformulate --policy`, `Reformulator.from_pretrained`); `--set` the "
         "trained value to apply it as it was trained." if applied else "")
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
