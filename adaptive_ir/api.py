@@ -14,7 +14,6 @@ Overrides are config keys, ``section.key`` (in a dict: ``**{"training.num_epochs
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

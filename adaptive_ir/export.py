@@ -86,14 +86,14 @@ def model_card(meta: dict) -> str:
     command = origin.get("command")
     also_ids = "".join(f"; `{a['name']}`: corpus sha256 `{a.get('corpus_sha256')}`" for a in also)
     made = f"\n- **Command** (from the run's folder `{run.get('dir')}`): `{command}`" if command else ""
-    applied = meta.get("apply") or {}
-    trained_value = {k: cfg.get(k.split(".")[0], {}).get(k.split(".", 1)[-1]) for k in applied}
-    applied_with = (
-        "\n- **Applied with**: " + ", ".join(f"`{k}={v}` " + (f"(trained with `{trained_value[k]}`)" if trained_value[k]
-                                                                is not None else "(unset in training)")
-                                            for k, v in applied.items())
-        + " wherever it is applied (`evaluate`/`reformulate --policy`, `Reformulator.from_pretrained`); `--set` the "
-        "trained value to apply it as it was trained." if applied else "")
+    notes = []
+    for key, value in (meta.get("apply") or {}).items():
+        section, setting = key.split(".", 1)
+        trained = cfg.get(section, {}).get(setting)
+        notes.append(f"`{key}={value}` " + (f"(trained with `{trained}`)" if trained is not None else "(unset in training)"))
+    applied_with = ("\n- **Applied with**: " + ", ".join(notes) + " wherever it is applied (`evaluate`/`reformulate "
+                    "--policy`, `Reformulator.from_pretrained`); `--set` the trained value to apply it as it was trained."
+                    if notes else "")
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
