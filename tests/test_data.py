@@ -878,3 +878,14 @@ def test_classic_collections(name, docs, train_dev, test):
         empty = [d for d, t in zip(c.doc_ids, c.doc_texts()) if t == " "]
         assert empty == ["471", "995"]  # empty in the original, kept
         assert max(g for j in c.qrels["test"].values() for g in j.values()) == 4
+
+
+def test_the_corpus_alone_is_read_for_ad_hoc_queries(tmp_path, beir):
+    # reformulate --policy/--checkpoint asks for no split: the corpus, and no qrels file opened (a broken one too)
+    trec, marco = make_trec(tmp_path / "trec"), make_msmarco(tmp_path / "msmarco")
+    for path in [beir / "qrels" / "test.tsv", *trec.glob("qrels.*"), marco / "qrels.train.tsv"]:
+        path.write_text("not a qrels line\n")
+    (marco / "queries.train.tsv").write_text("not a tsv line\n")
+    for c, n in ((load_beir(beir, splits=()), 4), (load_trec_dir(trec, splits=()), load_trec_dir(make_trec(
+            tmp_path / "t2")).num_docs), (load_msmarco(marco, splits=()), 20)):
+        assert c.num_docs == n and c.queries == {} and c.qrels == {}

@@ -14,6 +14,7 @@ from adaptive_ir.export import SHIPPED_DIR
 from adaptive_ir.reformulate import Reformulator
 
 from test_cli_errors import assert_clean_error, run_cli
+from test_reliability import write_beir_from_default
 
 POLICY = "nfcorpus-seed-1"
 FAST = ["--set", "candidate_mining.feedback=bm25"]
@@ -57,6 +58,11 @@ def test_reformulate_with_a_shipped_policy(workdir, capsys, monkeypatch):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines == [r["lucene_query"] for r in rows]  # the same rewrites, one Lucene query per line
     assert any("^0.5" in line for line in lines)  # the added terms' weight
+    # on a BEIR folder: its corpus alone is read (no split asked for)
+    beir = write_beir_from_default(workdir / "beir-default")
+    assert main(["reformulate", "--policy", POLICY, "--data-dir", str(beir), "--device", "cpu", "--format", "lucene",
+                 *FAST, *queries]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == len(queries)
 
 
 def test_a_policy_that_does_not_fit_is_refused_in_one_line(workdir, capsys, monkeypatch, tmp_path):

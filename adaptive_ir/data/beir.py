@@ -84,6 +84,8 @@ def _load_beir_root(root: PathLike, dev_fraction: float, seed: int, name: str, s
                         "at least one")
     if splits is not None:
         wanted = wanted_splits(splits)
+        if not wanted:  # the corpus alone (ad-hoc queries: reformulate)
+            return Collection(name, corpus, queries={}, qrels={})
         present = ", ".join(p.name for p in qrels_files.values())
         qrels_files = {s: p for s, p in qrels_files.items() if s in wanted}
         if not qrels_files:

@@ -37,6 +37,8 @@ def load_msmarco(
         test_qrels = path / "qrels.dev.tsv"
     files = {"train": path / "qrels.train.tsv", "test": test_qrels}
     wanted = wanted_splits(splits) if splits is not None else ("train", "dev", "test")
+    if not wanted:  # the corpus alone (ad-hoc queries: reformulate)
+        return Collection(name or path.name, corpus, queries={}, qrels={})
     # dev is carved from train, so asking for dev reads the train qrels
     wanted_files = {"train"} if {"train", "dev"} & set(wanted) else set()
     wanted_files |= {"test"} & set(wanted)

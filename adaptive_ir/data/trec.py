@@ -63,6 +63,8 @@ def load_trec_dir(
         raise DataError(f"{path}: more than one qrels file for a split (found: {found})")
     if splits is not None:
         wanted = wanted_splits(splits)
+        if not wanted:  # the corpus alone (ad-hoc queries: reformulate)
+            return Collection(name or path.name, corpus or TextFileCorpus(corpora[0]), queries={}, qrels={})
         qrels = {s: v for s, v in qrels.items() if s in wanted}
         if not any(qrels.values()):
             raise DataError(f"{path}: needs a qrels.{{{','.join(wanted)}}}.* file here (found: {found})")
