@@ -341,8 +341,7 @@ def encode_corpus(embedder, collection: "Collection", folder: str | Path, meta: 
             if c < len(done):
                 continue  # encoded by an earlier run
             lo = c * chunk_docs
-            encoded = embedder.encode(texts) if max_tokens is None else embedder.encode(texts, max_tokens)
-            vectors[lo:lo + len(texts)] = encoded.astype(np.float16)
+            vectors[lo:lo + len(texts)] = embedder.encode(texts, max_tokens).astype(np.float16)
             vectors.flush()
             done.append(sha256(vectors[lo:lo + len(texts)].tobytes()))
             atomic_write_json(folder / "progress.json", {**state, "chunks": done})

@@ -122,16 +122,15 @@ class Workspace:
                     cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
                     key="candidate_mining.reranker_path")
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
-        meta = {"model": self.fb_embedder.cache_key, "corpus": self.retriever.corpus_sha256}
-        if cm.rerank_max_tokens is not None:  # unset: the key of the caches written before the setting
-            meta["max_tokens"] = cm.rerank_max_tokens
+        # the token limit, where set, is part of the vectors' identity (unset: the keys of caches written before it)
+        limit = {} if cm.rerank_max_tokens is None else {"max_tokens": cm.rerank_max_tokens}
+        meta = {"model": self.fb_embedder.cache_key, "corpus": self.retriever.corpus_sha256, **limit}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
         with self.phases("encode documents"):
             vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress,
                                     max_tokens=cm.rerank_max_tokens)
         # the vectors' identity keys the caches of what they pick (candidates, the RM3 start)
-        identity = {**self.fb_embedder.cache_key, **({"max_tokens": meta["max_tokens"]} if "max_tokens" in meta else {})}
-        return SemanticFeedback(vectors, cm.rerank_depth, identity)
+        return SemanticFeedback(vectors, cm.rerank_depth, {**self.fb_embedder.cache_key, **limit})
 
     @property
     def feature_dim(self) -> int:

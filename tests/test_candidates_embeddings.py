@@ -621,10 +621,10 @@ def test_corpus_encode_resumes_after_interruption(tmp_path):
             super().__init__()
             self.fail_at = fail_at
 
-        def encode(self, texts):
+        def encode(self, texts, max_tokens=None):
             if len(self.calls) == self.fail_at:
                 raise Interrupted
-            return super().encode(texts)
+            return super().encode(texts, max_tokens)
 
     whole = encode_corpus(Flaky(), coll, tmp_path / "whole", meta, chunk_docs=step, progress=False)
     assert whole.dtype == np.float16 and whole.shape == (n, 8) and isinstance(whole, np.memmap)
