@@ -161,17 +161,21 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
            apply: dict[str, str] | None = None) -> Path:
     """Write a checkpoint's policy as ``policy.safetensors`` + ``policy.json`` (spec, data identity, config) +
     ``README.md`` (model card) into ``folder``. A checkpoint written before specs were recorded is read with its
-    collection (``data_dir`` if it moved) to work its spec out. ``apply``: settings (``SECTION.KEY`` → value, as
-    ``--set``) the policy is applied with on a collection, over its training config; checked to be valid settings
-    that leave its spec alone."""
-    from .checkpoint import load_checkpoint, load_for_inference
+    collection (``data_dir`` if it moved) to work its spec out. ``checkpoint`` may also be an exported policy (a
+    folder, or a shipped policy's name): it is written again, byte-identical weights and the same origin, with
+    ``apply`` in place of its own. ``apply``: settings (``SECTION.KEY`` → value, as ``--set``) the policy is applied
+    with on a collection, over its training config; checked to be valid settings that leave its spec alone."""
+    from .checkpoint import load_checkpoint, load_for_inference, resolve_policy
     from .config import _build, _Origins
     from .errors import ConfigError
-    from .export import export_policy
+    from .export import export_policy, read_export
     from .spec import data_identity, policy_spec
 
-    state = load_checkpoint(checkpoint)
-    if state.get("spec") and state.get("data"):
+    source = resolve_policy(checkpoint)
+    if source.is_dir():  # an exported policy (or a shipped one's name): weights and record kept, new apply settings
+        state = read_export(source)[0]
+        spec, data = state["spec"], state["data"]
+    elif (state := load_checkpoint(checkpoint)).get("spec") and state.get("data"):
         spec, data = state["spec"], state["data"]
     else:  # rebuilt over its collection (load_for_inference checks that the weights fit)
         cfg, ws, _, _, state = load_for_inference(checkpoint, "cpu", data_dir)

@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("export", help="write a checkpoint's policy as policy.safetensors + policy.json (its spec) "
                        "+ README.md (model card)")
-    x.add_argument("--checkpoint", required=True)
+    x.add_argument("--checkpoint", required=True, help="a checkpoint; or an exported policy (folder or shipped "
+                   "name), written again with the --apply settings given instead of its own")
     x.add_argument("--output-dir", required=True, help="folder to write the three files into")
     x.add_argument("--data-dir", help="the collection, for a checkpoint written before specs were recorded")
     x.add_argument("--apply", action="append", default=[], metavar="SECTION.KEY=VALUE",

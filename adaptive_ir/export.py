@@ -33,12 +33,12 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
     weights = save({k: v.detach().cpu().contiguous() for k, v in state["model"].items()},
                    metadata={"format": SPEC_FORMAT})
     counters, config = state.get("counters", {}), state["config"]
+    origin = state.get("origin") or {  # an export written again keeps where it came from
+        "checkpoint": Path(source).name, "update": counters.get("update"), "dev_selection": counters.get("best"),
+        "run": state.get("run"), "init_from_sha256": state.get("init_from_sha256"),
+        "command": run_command(state.get("run"))}
     meta = {"format": SPEC_FORMAT, "sha256": sha256(weights), "spec": spec, "data": data,
-            "also_data": state.get("also_data", []), "config": config, "apply": dict(apply or {}),
-            "origin": {"checkpoint": Path(source).name, "update": counters.get("update"),
-                       "dev_selection": counters.get("best"), "run": state.get("run"),
-                       "init_from_sha256": state.get("init_from_sha256"),
-                       "command": run_command(state.get("run"))}}
+            "also_data": state.get("also_data", []), "config": config, "apply": dict(apply or {}), "origin": origin}
     # the spec (it holds the weights' sha256) is the commit mark: removed first and written last, so an export
     # killed midway leaves a folder that is refused as incomplete, never old weights under a new spec or the reverse
     (folder / SPEC).unlink(missing_ok=True)

@@ -178,6 +178,27 @@ def test_an_export_carries_the_settings_it_is_applied_with(trained, tmp_path, ca
     assert not (tmp_path / "bad").exists()
 
 
+def test_an_export_is_written_again_with_other_settings_and_the_same_weights(tmp_path):
+    source = SHIPPED_DIR / "general-joint"
+    before, _ = read_export(source)
+    folder = tmp_path / "joint"
+    # by the shipped policy's name, as a user changes how a shipped policy is applied
+    assert main(["export", "--checkpoint", "general-joint", "--output-dir", str(folder), "--apply",
+                 "candidate_mining.top_k0=8"]) == 0
+    assert (folder / "policy.safetensors").read_bytes() == (source / "policy.safetensors").read_bytes()
+    after, _ = read_export(folder)
+    assert after["apply"] == {"candidate_mining.top_k0": "8"} != before["apply"]  # replaced, not merged
+    assert after.keys() == before.keys()
+    for key in ("sha256", "spec", "data", "also_data", "config", "origin"):
+        assert after[key] == before[key], key
+    card = (folder / "README.md").read_text()
+    assert "**Applied with**: `candidate_mining.top_k0=8` (trained with `5`)" in card
+    assert f"at update {before['origin']['update']}" in card
+    # in place, from its own folder
+    assert main(["export", "--checkpoint", str(folder), "--output-dir", str(folder)]) == 0
+    assert read_export(folder)[0]["apply"] == {} and "**Applied with**" not in (folder / "README.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------ shipped policies
 
 
