@@ -72,10 +72,12 @@ def model_card(meta: dict) -> str:
         trained_on += (f" ({share:g} of the updates on the latter)" if share is not None
                        else " (each by its number of train queries)")
     dev = origin.get("dev_selection")
-    rows = "\n".join(f"| `{k}` | `{json.dumps(v)}` |" for k, v in spec.items() if k != "format")
+    # sorted: policy.json stores its keys sorted, and a card written again from it must read the same
+    rows = "\n".join(f"| `{k}` | `{json.dumps(v, sort_keys=True)}` |" for k, v in sorted(spec.items()) if k != "format")
     k = cfg["retrieval"]["reward_k"]
     weights = cfg["training"]["reward_weights"] or {cfg["retrieval"]["reward_metric"]: 1.0}
-    reward = " + ".join(f"{w:g} × Δ{'Recall' if m == 'recall' else 'RR'}@{k}" for m, w in weights.items() if w)
+    reward = " + ".join(f"{w:g} × Δ{'Recall' if m == 'recall' else 'RR'}@{k}"
+                        for m, w in sorted(weights.items(), key=lambda mw: (-mw[1], mw[0])) if w)
     levels = spec.get("levels") or [cfg["retrieval"]["expansion_weight"]]
     weighting = (f"each at weight {levels[0]:g}" if len(levels) == 1
                  else f"each at the weight it chooses among {', '.join(f'{w:g}' for w in levels)}")

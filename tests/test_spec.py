@@ -182,21 +182,22 @@ def test_an_export_is_written_again_with_other_settings_and_the_same_weights(tmp
     source = SHIPPED_DIR / "general-joint"
     before, _ = read_export(source)
     folder = tmp_path / "joint"
-    # by the shipped policy's name, as a user changes how a shipped policy is applied
-    assert main(["export", "--checkpoint", "general-joint", "--output-dir", str(folder), "--apply",
-                 "candidate_mining.top_k0=8"]) == 0
-    assert (folder / "policy.safetensors").read_bytes() == (source / "policy.safetensors").read_bytes()
+    # by the shipped policy's name, with its own settings: the same three files, byte for byte
+    same = [arg for key, value in before["apply"].items() for arg in ("--apply", f"{key}={value}")]
+    assert len(same) >= 2 and main(["export", "--checkpoint", "general-joint", "--output-dir", str(folder), *same]) == 0
+    for name in ("policy.safetensors", "policy.json", "README.md"):
+        assert (folder / name).read_bytes() == (source / name).read_bytes(), name
+    # from its own folder, in place, with other settings: they replace its own; weights and origin stay
+    assert main(["export", "--checkpoint", str(folder), "--output-dir", str(folder), "--apply",
+                 "candidate_mining.top_k0=3"]) == 0
     after, _ = read_export(folder)
-    assert after["apply"] == {"candidate_mining.top_k0": "8"} != before["apply"]  # replaced, not merged
+    assert after["apply"] == {"candidate_mining.top_k0": "3"}
     assert after.keys() == before.keys()
     for key in ("sha256", "spec", "data", "also_data", "config", "origin"):
         assert after[key] == before[key], key
     card = (folder / "README.md").read_text()
-    assert "**Applied with**: `candidate_mining.top_k0=8` (trained with `5`)" in card
+    assert "**Applied with**: `candidate_mining.top_k0=3` (trained with `5`) wherever" in card
     assert f"at update {before['origin']['update']}" in card
-    # in place, from its own folder
-    assert main(["export", "--checkpoint", str(folder), "--output-dir", str(folder)]) == 0
-    assert read_export(folder)[0]["apply"] == {} and "**Applied with**" not in (folder / "README.md").read_text()
 
 
 # ------------------------------------------------------------------------------------------ shipped policies
