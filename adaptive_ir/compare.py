@@ -1,13 +1,14 @@
 """``adaptive-ir compare``: one training run per seed, every method evaluated on one split, and a table a reviewer
-can check: mean ± std over seeds per method and metric, and paired per-query tests of the agent against BM25 and
-against the best fixed rule.
+can check: mean ± std over seeds per method and metric, and paired per-query tests of the agent against BM25,
+against the best fixed rule on the split and against the fixed rule chosen on dev.
 
 Layout under the output folder (``--output-dir``, default ``training.output_dir``)::
 
     cache/                          caches shared by the seeds (unless embeddings.cache_dir names another)
     seed-<s>/                       seed s's training run: checkpoints/, logs/, trained.json (written when done)
     seed-<s>/runs/<split>.agent.trec
-    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback, rule-w<w>-j<j> (methods.py), oracle
+    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback, rule-w<w>-j<j>, dev-chosen-<rule>
+                                    (methods.py), oracle
     compare-<split>.json, .md       the table
 
 Every seed trains on the same train queries and is selected on the same dev queries: a carved dev split uses
@@ -32,7 +33,7 @@ from .config import Config, config_from_dict, config_to_dict, resolve_device
 from .errors import CheckpointError, ConfigError
 from .evaluate import METRIC_NAMES, per_query
 from .io import atomic_write_bytes, atomic_write_json
-from .methods import RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
+from .methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
 from .ppo import AmpContext
 from .stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
 from .checkpoint import build_agent, init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
@@ -211,14 +212,15 @@ def build_report(ev: Evaluated, n_permutations: int = N_PERMUTATIONS, seed: int 
                                       for s, v in zip(ev.seeds, per_seed)}
     rules = [r for r in ev.values if r in FIXED_RULES or r.startswith(RULE_PREFIX)]
     best_rule = max(rules, key=lambda r: methods[r]["mean"][SELECTION_METRIC]) if rules else None
+    dev_chosen = next((m for m in ev.values if m.startswith(DEV_CHOSEN)), None)
     tests = {}
     if "agent" in ev.values:
         agent = {k: np.mean([v[k] for v in ev.values["agent"]], axis=0) for k in METRIC_NAMES}
-        for other in dict.fromkeys([b for b in ("bm25", best_rule) if b in ev.values]):
+        for other in dict.fromkeys([b for b in ("bm25", best_rule, dev_chosen) if b in ev.values]):
             tests[other] = [paired(k, agent[k], ev.values[other][0][k], n_permutations, seed).to_dict()
                             for k in METRIC_NAMES]
     return {"collection": ev.collection, "split": ev.split, "queries": n, "small_split": n < SMALL_SPLIT,
-            "seeds": ev.seeds, "methods": methods, "best_fixed_rule": best_rule,
+            "seeds": ev.seeds, "methods": methods, "best_fixed_rule": best_rule, "dev_chosen_rule": dev_chosen,
             "best_fixed_rule_by": f"higher mean {SELECTION_METRIC} on this split, among {', '.join(rules)}",
             "tests": tests, "permutations": n_permutations, "permutation_seed": seed}
 
@@ -247,9 +249,12 @@ def format_report(r: dict) -> str:
               + ": deterministic (no training), std 0."]
     if r["tests"]:
         per_query_value = f"the mean over the {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
+        chosen = (f", and against the fixed rule chosen on dev ({r['dev_chosen_rule']}: the higher mean "
+                  f"{SELECTION_METRIC} on the dev split among the same rules, as a setting is chosen)"
+                  if r.get("dev_chosen_rule") else "")
         lines += ["", f"Paired per-query tests of the agent (its per-query value: {per_query_value}) against BM25 "
                   f"and against the best fixed rule ({r['best_fixed_rule']}: "
-                  f"{r['best_fixed_rule_by']}). p: two-sided sign-flip randomization test ({r['permutations']:,} "
+                  f"{r['best_fixed_rule_by']}){chosen}. p: two-sided sign-flip randomization test ({r['permutations']:,} "
                   f"random sign assignments, seed {r['permutation_seed']}; exact when 2^n is fewer) and scipy's "
                   "paired t-test. W/T/L: queries where the agent is above / equal to / below. MDE: the smallest |Δ| "
                   "the t-test over these queries finds with 80 % power at 0.05, at the observed spread of the "

@@ -6,7 +6,8 @@ feedback documents, the fixed rule the learned term choice must beat, when ``can
 semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over BM25's top ``candidate_mining.top_k0``, when
 that is not 10, where ``rm3`` already is it); ``rule-w<w>-j<j>`` (the best fixed rule of the agent's own action
 space on the split: the miner's first j candidates at weight w added to where the rewrites start, ``rule_runs``);
-``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term choice with the
+``dev-chosen-<method>`` (on any split but dev: the fixed rule, of rm3, rm3-semantic or rm3-feedback and the
+action space's rules, with the best R@40 on dev, as a setting is chosen); ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term choice with the
 qrels). Metrics are means over every query of the split (``evaluate.per_query`` says
 which count as 0).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import ir_measures
 
 from .config import Config
+from .errors import DataError
 from .evaluate import (RM3_FB_DOCS, Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, to_run,
                        write_trec_run)
 from .oracle import oracle_run
@@ -33,6 +35,10 @@ of this metric on the split it is evaluated on: a choice that favours the rule."
 RULE_DEPTHS = (1, 2, 3, 5, 8, 10)
 """How many of the miner's first candidates a fixed rule adds (those within the step budget)."""
 RULE_PREFIX = "rule-"
+DEV_SPLIT = "dev"
+DEV_CHOSEN = "dev-chosen-"
+"""Prefix of the fixed rule (any of ``fixed_rule_runs``) with the higher mean SELECTION_METRIC on the dev split, run
+on the split evaluated: the bar chosen as every setting is, on dev (the best on the split itself favours the rule)."""
 
 
 def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str],
@@ -61,6 +67,38 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
     return {(w, j): out[(w, j)] for w in levels for j in depths}  # weight-major, as the script prints them
 
 
+def fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]) -> dict[str, Run]:
+    """Every fixed rule on a split, {method: run}: ``rm3``; RM3 over the agent's own feedback documents
+    (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's 10); the action space's
+    rules ``rule-w<w>-j<j>`` (``rule_runs``)."""
+    top_k, fb_docs = cfg.retrieval.top_k, cfg.candidate_mining.top_k0
+    runs = {"rm3": rm3_run(ws.retriever, qids, texts, top_k)}
+    if ws.feedback is not None:
+        runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=fb_docs, feedback=ws.feedback,
+                                       query_vectors=ws.feedback_vectors(texts))
+    elif fb_docs != RM3_FB_DOCS:
+        runs["rm3-feedback"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=fb_docs)
+    runs.update({f"{RULE_PREFIX}w{w:g}-j{j}": run for (w, j), run in rule_runs(cfg, ws, split, qids, texts).items()})
+    return runs
+
+
+def best_method(runs: dict[str, Run], names: list[str], qrels: dict[str, dict[str, int]], excluded: dict[str, str],
+                qids: list[str]) -> str:
+    """The one of ``names`` whose run has the higher mean SELECTION_METRIC (the first, on a tie)."""
+    by = [ir_measures.parse_measure(SELECTION_METRIC)]
+    score = {m: evaluate_run(qrels, drop_excluded(runs[m], excluded), by, qids)[SELECTION_METRIC] for m in names}
+    return max(score, key=score.get)
+
+
+def has_split(ws: Workspace, split: str) -> bool:
+    """Whether the collection has ``split`` (read on demand)."""
+    try:
+        ws.load_split(split)
+    except DataError:  # a collection without that split: its loader names what it did not find
+        return False
+    return split in ws.collection.queries
+
+
 def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = None, amp: AmpContext | None = None,
                baselines: bool = True, oracle: bool = False
                ) -> tuple[list[str], dict[str, dict[str, int]], dict[str, Run]]:
@@ -73,19 +111,18 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
     runs: dict[str, Run] = {}
     if baselines:
         runs["bm25"] = bm25_run(ws.retriever, qids, texts, top_k)
-        runs["rm3"] = rm3_run(ws.retriever, qids, texts, top_k)
-        if ws.feedback is not None:
-            runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=cfg.candidate_mining.top_k0,
-                                           feedback=ws.feedback, query_vectors=ws.feedback_vectors(texts))
-        elif cfg.candidate_mining.top_k0 != RM3_FB_DOCS:
-            runs["rm3-feedback"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=cfg.candidate_mining.top_k0)
-        rules = rule_runs(cfg, ws, split, qids, texts)
+        fixed = fixed_rule_runs(cfg, ws, split, qids, texts)
+        rules = [m for m in fixed if m.startswith(RULE_PREFIX)]
+        runs.update({m: run for m, run in fixed.items() if m not in rules})
         if rules:  # the best on this split, as the best fixed rule is picked
-            by = [ir_measures.parse_measure(SELECTION_METRIC)]
-            score = {wj: evaluate_run(qrels, drop_excluded(run, excluded), by, qids)[SELECTION_METRIC]
-                     for wj, run in rules.items()}
-            w, j = max(score, key=score.get)
-            runs[f"{RULE_PREFIX}w{w:g}-j{j}"] = rules[(w, j)]
+            best = best_method(fixed, rules, qrels, excluded, qids)
+            runs[best] = fixed[best]
+        if split != DEV_SPLIT and has_split(ws, DEV_SPLIT):
+            # the fixed rule one would pick without this split's judgments: the best on dev, as any setting is
+            dqids, dtexts, dqrels = ws.collection.split(DEV_SPLIT)
+            on_dev = fixed_rule_runs(cfg, ws, DEV_SPLIT, dqids, dtexts)
+            chosen = best_method(on_dev, list(on_dev), dqrels, ws.collection.excluded_docs(DEV_SPLIT), dqids)
+            runs[DEV_CHOSEN + chosen] = fixed[chosen]
     if agent is not None:
         qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
         runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)

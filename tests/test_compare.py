@@ -47,8 +47,8 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     # BM25 feedback, top_k0 20: RM3 over the agent's own feedback documents is rm3-feedback (no semantic feedback);
     # then the best fixed rule of the agent's action space on this split
     methods = list(report["methods"])
-    rule = methods[3]
-    assert methods[:3] + methods[4:] == ["bm25", "rm3", "rm3-feedback", "agent", "oracle"]
+    rule, dev_chosen = methods[3:5]
+    assert methods[:3] + methods[5:] == ["bm25", "rm3", "rm3-feedback", "agent", "oracle"]
     assert rule.startswith("rule-w") and rule.split("-j")[0] == f"rule-w{cfg.retrieval.expansion_weight:g}"
     files = {m: s["run_files"] for m, s in report["methods"].items()}
     assert files["agent"] == [str(root / f"seed-{s}" / "runs" / "test.agent.trec") for s in SEEDS]
@@ -77,9 +77,22 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     r40 = {wj: evaluate_run(qrels, run, qids=qids)["R@40"] for wj, run in rule_runs(cfg, ws, "test", qids, texts).items()}
     assert {j for _, j in r40} == {j for j in (1, 2, 3, 5, 8, 10) if j <= cfg.rl_agent.max_steps_per_episode}
     assert report["methods"][rule]["mean"]["R@40"] == pytest.approx(max(r40.values()), abs=1e-9)
-    # paired tests: the agent's per-query mean over seeds against BM25 and the best fixed rule
+    # the fixed rule chosen on dev: the best on dev of every fixed rule, its run on this split
+    from adaptive_ir.methods import DEV_CHOSEN, fixed_rule_runs
+
+    dqids, dtexts, dqrels = coll.split("dev")
+    on_dev = {m: evaluate_run(dqrels, run, qids=dqids)["R@40"]
+              for m, run in fixed_rule_runs(cfg, ws, "dev", dqids, dtexts).items()}
+    assert set(on_dev) == {"rm3", "rm3-feedback"} | {f"rule-w{w:g}-j{j}" for w, j in r40}
+    assert dev_chosen == DEV_CHOSEN + max(on_dev, key=on_dev.get)
+    name = dev_chosen.removeprefix(DEV_CHOSEN)
+    on_test = fixed_rule_runs(cfg, ws, "test", qids, texts)[name]
+    kept = read_run(files[dev_chosen][0])
+    assert {q: list(d) for q, d in kept.items()} == {q: list(d) for q, d in on_test.items()}  # the same rankings
+    # paired tests: the agent's per-query mean over seeds against BM25, the best fixed rule and the one chosen on dev
     best = max(["rm3", "rm3-feedback", rule], key=lambda m: report["methods"][m]["mean"]["R@40"])
-    assert report["best_fixed_rule"] == best and list(report["tests"]) == ["bm25", best]
+    assert report["best_fixed_rule"] == best and report["dev_chosen_rule"] == dev_chosen
+    assert list(report["tests"]) == ["bm25", best, dev_chosen]
     for other, rows in report["tests"].items():
         for row in rows:
             k = row["metric"]
