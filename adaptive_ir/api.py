@@ -172,10 +172,9 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     from .spec import data_identity, policy_spec
 
     source = resolve_policy(checkpoint)
-    if source.is_dir():  # an exported policy (or a shipped one's name): weights and record kept, new apply settings
-        state = read_export(source)[0]
-        spec, data = state["spec"], state["data"]
-    elif (state := load_checkpoint(checkpoint)).get("spec") and state.get("data"):
+    # an exported policy (or a shipped one's name) keeps its weights and record; only its apply settings change
+    state = read_export(source)[0] if source.is_dir() else load_checkpoint(checkpoint)
+    if state.get("spec") and state.get("data"):
         spec, data = state["spec"], state["data"]
     else:  # rebuilt over its collection (load_for_inference checks that the weights fit)
         cfg, ws, _, _, state = load_for_inference(checkpoint, "cpu", data_dir)

@@ -7,9 +7,9 @@ semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over BM25's top `
 that is not 10, where ``rm3`` already is it); ``rule-w<w>-j<j>`` (the best fixed rule of the agent's own action
 space on the split: the miner's first j candidates at weight w added to where the rewrites start, ``rule_runs``);
 ``dev-chosen-<method>`` (on any split but dev: the fixed rule, of rm3, rm3-semantic or rm3-feedback and the
-action space's rules, with the best R@40 on dev, as a setting is chosen); ``agent`` (greedy rewrites of a trained policy, which never sees qrels); ``oracle`` (greedy best-term choice with the
-qrels). Metrics are means over every query of the split (``evaluate.per_query`` says
-which count as 0).
+action space's rules, with the best R@40 on dev, as a setting is chosen); ``agent`` (greedy rewrites of a trained
+policy, which never sees qrels); ``oracle`` (greedy best-term choice with the qrels). Metrics are means over every
+query of the split (``evaluate.per_query`` says which count as 0).
 """
 
 from __future__ import annotations
