@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from adaptive_ir.checkpoint import agent_from_policy, pretrained_config, read_policy
+from adaptive_ir.checkpoint import agent_from_policy, policy_path, pretrained_config, read_policy
+from adaptive_ir.errors import AdaptiveIRError
 from adaptive_ir.methods import evaluate_split
 from adaptive_ir.ppo import AmpContext
 from adaptive_ir.spec import check_fits, policy_spec
@@ -43,17 +44,26 @@ class MeanProbabilities(nn.Module):
         return torch.logsumexp(logp, 0) - math.log(len(outs)), values.mean(0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Prints and returns the ensemble's metrics; a problem the user can fix (a member that does not fit, a missing
+    file) exits with its one-line message, as the CLI does."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--policy", required=True, help="the first member: a shipped policy's name, an exported folder or a "
                    "checkpoint; its config is the one applied")
-    p.add_argument("--member", action="append", default=[], help="another member (checkpoint or exported folder)")
+    p.add_argument("--member", action="append", default=[], help="another member (a checkpoint, an exported folder or a shipped policy's name)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--split", default="dev")
     p.add_argument("--run-dir", default=None)
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="change a setting, as `evaluate --policy --set` does")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    try:
+        return evaluate_ensemble(args)
+    except AdaptiveIRError as e:
+        p.exit(2, f"error: {e}\n")
+
+
+def evaluate_ensemble(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(1)
     device = torch.device("cpu")
     cfg, path, state = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
@@ -61,7 +71,7 @@ def main() -> None:
     agent = agent_from_policy(path, state, cfg, ws, device)
     cores = [agent.core]
     for member in args.member:
-        saved, _ = read_policy(member)
+        saved, _ = read_policy(policy_path(member))
         check_fits(f"--member {member}", saved, policy_spec(cfg, ws), None,
                    "every member must have the first policy's inputs and network sizes")
         core = copy.deepcopy(agent.core)
@@ -74,6 +84,7 @@ def main() -> None:
     results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=False,
                              run_dir=Path(args.run_dir) if args.run_dir else None)
     print(json.dumps({"members": [str(path), *args.member], "split": args.split, **results["agent"]}))
+    return results["agent"]
 
 
 if __name__ == "__main__":

@@ -95,3 +95,25 @@ def test_every_policy_is_scored_on_the_same_dev_carve():
     assert [c.system.seed for c in cfgs] == [1, 2]
     assert [c.split_seed for c in cfgs] == [PRETRAINED_SPLIT_SEED] * 2
     assert pretrained_config(POLICY, "some/beir-folder", {"data.split_seed": 7})[0].split_seed == 7
+
+
+def test_an_ensemble_of_one_policy_acts_as_that_policy_and_members_must_fit(workdir, capsys, monkeypatch):
+    """scripts/ensemble_eval.py: a policy averaged with itself takes the policy's own greedy actions (same metrics as
+    ``evaluate --policy``); a member with another spec is refused in one line naming it."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "ensemble_eval.py"
+    spec = importlib.util.spec_from_file_location("ensemble_eval", path)
+    ensemble_eval = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ensemble_eval)
+    monkeypatch.chdir(workdir)
+    single = evaluate_pretrained(POLICY, split="test", system__device="cpu", candidate_mining__feedback="bm25")["agent"]
+    both = ensemble_eval.main(["--policy", POLICY, "--member", POLICY, "--split", "test", *FAST])
+    assert both == single
+    other = ensemble_eval.main(["--policy", POLICY, "--member", "nfcorpus-seed-2", "--split", "test", *FAST])
+    assert other != single  # the second member's probabilities count
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        ensemble_eval.main(["--policy", POLICY, "--member", "general-joint", "--split", "test", *FAST])
+    assert_clean_error(exit_.value.code, capsys.readouterr().err, "--member general-joint", "max_steps_per_episode")
