@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--policy", required=True, help="the first member: a shipped policy's name, an exported folder or a "
                    "checkpoint; its config is the one applied")
-    p.add_argument("--member", action="append", default=[], help="another member (a checkpoint, an exported folder or a shipped policy's name)")
+    p.add_argument("--member", action="append", default=[],
+                   help="another member: a checkpoint, an exported folder or a shipped policy's name (repeatable)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--split", default="dev")
     p.add_argument("--run-dir", default=None)

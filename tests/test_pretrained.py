@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -100,9 +102,6 @@ def test_every_policy_is_scored_on_the_same_dev_carve():
 def test_an_ensemble_of_one_policy_acts_as_that_policy_and_members_must_fit(workdir, capsys, monkeypatch):
     """scripts/ensemble_eval.py: a policy averaged with itself takes the policy's own greedy actions (same metrics as
     ``evaluate --policy``); a member with another spec is refused in one line naming it."""
-    import importlib.util
-    from pathlib import Path
-
     path = Path(__file__).resolve().parents[1] / "scripts" / "ensemble_eval.py"
     spec = importlib.util.spec_from_file_location("ensemble_eval", path)
     ensemble_eval = importlib.util.module_from_spec(spec)
