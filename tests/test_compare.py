@@ -70,7 +70,7 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     # the rule is the best of the action space's rules on this split (j within the step budget)
     import torch
 
-    from adaptive_ir.methods import rule_runs
+    from adaptive_ir.methods import DEV_CHOSEN, fixed_rule_runs, rule_runs
     from adaptive_ir.workspace import Workspace
 
     ws = Workspace(cfg, torch.device("cpu"), collection=coll, progress=False)
@@ -78,8 +78,6 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     assert {j for _, j in r40} == {j for j in (1, 2, 3, 5, 8, 10) if j <= cfg.rl_agent.max_steps_per_episode}
     assert report["methods"][rule]["mean"]["R@40"] == pytest.approx(max(r40.values()), abs=1e-9)
     # the fixed rule chosen on dev: the best on dev of every fixed rule, its run on this split
-    from adaptive_ir.methods import DEV_CHOSEN, fixed_rule_runs
-
     dqids, dtexts, dqrels = coll.split("dev")
     on_dev = {m: evaluate_run(dqrels, run, qids=dqids)["R@40"]
               for m, run in fixed_rule_runs(cfg, ws, "dev", dqids, dtexts).items()}
