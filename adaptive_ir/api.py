@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Config, config_from_dict, config_to_dict, load_config
+from adaptive_ir.config import Config, config_from_dict, config_to_dict, load_config
 
 
 @dataclass
@@ -55,7 +55,7 @@ def _config(config: str | Path | Config, overrides: dict[str, Any]) -> Config:
 
 def _with(cfg: Config, overrides: dict[str, Any]) -> Config:
     """``cfg`` with dotted overrides applied and validated (as ``--set`` does)."""
-    from .config import _build, _Origins
+    from adaptive_ir.config import _build, _Origins
 
     return _build(config_to_dict(cfg), _Origins(cfg.source, {}), overrides, warn=False)
 
@@ -67,8 +67,8 @@ def train(config: str | Path | Config = "quickstart", *, test: bool = False, res
     gets its folder (the config's own numbered when taken, as on the command line, unless
     ``training.output_dir`` is given), run.json, checkpoints and logs. ``resume`` / ``checkpoint`` /
     ``overwrite``: as the flags of the same names. ``test``: evaluate the best checkpoint on test afterwards."""
-    from .rundir import LOCATION_KEYS, start_run
-    from .trainer import Trainer
+    from adaptive_ir.training.rundir import LOCATION_KEYS, start_run
+    from adaptive_ir.training.trainer import Trainer
 
     overrides = _overrides(overrides)
     cfg = _config(config, overrides)
@@ -105,7 +105,7 @@ def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config |
 def checkpoint_config(checkpoint: str | Path, overrides: dict[str, Any]) -> Config:
     """The config a checkpoint was trained with, ``overrides`` (dotted keys) applied: what evaluating it without a
     config uses, in Python and on the command line."""
-    from .checkpoint import load_checkpoint
+    from adaptive_ir.artifacts.checkpoint import load_checkpoint
 
     return _with(config_from_dict(load_checkpoint(checkpoint)["config"]), _overrides(overrides))
 
@@ -117,7 +117,7 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
     None: the embedded one), as ``adaptive-ir evaluate --policy`` computes it: ``policy`` is a shipped policy's name
     (``adaptive_ir/policies``), an exported policy folder or a checkpoint; its own config indexes, mines and embeds
     the collection (cached under ``runs/pretrained/<collection>``)."""
-    from .checkpoint import pretrained_config
+    from adaptive_ir.artifacts.checkpoint import pretrained_config
 
     cfg, path, state = pretrained_config(policy, data_dir, _overrides(overrides))
     return evaluate_config(cfg, None, split, baselines, False, run_dir, progress, policy=(path, state))[0]
@@ -131,11 +131,11 @@ def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, base
     another collection (checked by its spec, not its data)."""
     import torch
 
-    from .checkpoint import agent_from_policy, build_agent, describe_origin, load_compatible
-    from .config import resolve_device
-    from .methods import evaluate_split
-    from .ppo import AmpContext
-    from .workspace import Workspace
+    from adaptive_ir.artifacts.checkpoint import agent_from_policy, build_agent, describe_origin, load_compatible
+    from adaptive_ir.config import resolve_device
+    from adaptive_ir.evaluation.methods import evaluate_split
+    from adaptive_ir.rl.ppo import AmpContext
+    from adaptive_ir.rl.workspace import Workspace
 
     device = torch.device(resolve_device(cfg.system.device))
     # only the evaluated split's judgments are read (with split dev the test qrels stay unopened)
@@ -165,11 +165,11 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     folder, or a shipped policy's name): it is written again, byte-identical weights and the same origin, with
     ``apply`` in place of its own. ``apply``: settings (``SECTION.KEY`` → value, as ``--set``) the policy is applied
     with on a collection, over its training config; checked to be valid settings that leave its spec alone."""
-    from .checkpoint import load_checkpoint, load_for_inference, resolve_policy
-    from .config import _build, _Origins
-    from .errors import ConfigError
-    from .export import export_policy, read_export
-    from .spec import data_identity, policy_spec
+    from adaptive_ir.artifacts.checkpoint import load_checkpoint, load_for_inference, resolve_policy
+    from adaptive_ir.config import _build, _Origins
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.artifacts.export import export_policy, read_export
+    from adaptive_ir.artifacts.spec import data_identity, policy_spec
 
     source = resolve_policy(checkpoint)
     # an exported policy (or a shipped one's name) keeps its weights and record; only its apply settings change

@@ -28,7 +28,7 @@ def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from adaptive_ir import __version__
 
     ap = argparse.ArgumentParser(prog="adaptive-ir", description=__doc__)
     ap.add_argument("--version", action="version", version=f"adaptive-ir {__version__}")
@@ -116,7 +116,7 @@ def _settings(items: list[str], flag: str = "--set") -> dict[str, object]:
     o: dict[str, object] = {}
     for item in items:
         if "=" not in item:
-            from .errors import ConfigError
+            from adaptive_ir.common.errors import ConfigError
             raise ConfigError(f"{flag} {item}: expected SECTION.KEY=VALUE")
         k, v = item.split("=", 1)
         o[k.strip()] = v
@@ -159,9 +159,9 @@ def _init_distributed() -> str | None:
 def cmd_train(args) -> int:
     import torch.distributed as dist
 
-    from .config import load_config
-    from .evaluate import format_table
-    from .trainer import Trainer
+    from adaptive_ir.config import load_config
+    from adaptive_ir.evaluation.metrics import format_table
+    from adaptive_ir.training.trainer import Trainer
 
     overrides = _overrides(args)
     device = _init_distributed()
@@ -209,8 +209,8 @@ def _start_run(cfg, args):
     get None when rank 0 was refused."""
     import torch.distributed as dist
 
-    from .errors import AdaptiveIRError
-    from .rundir import LOCATION_KEYS, start_run
+    from adaptive_ir.common.errors import AdaptiveIRError
+    from adaptive_ir.training.rundir import LOCATION_KEYS, start_run
 
     ddp = dist.is_available() and dist.is_initialized()
     run = failure = None
@@ -245,12 +245,12 @@ def _start_run(cfg, args):
 
 
 def cmd_evaluate(args) -> int:
-    from .api import checkpoint_config, evaluate_config
-    from .checkpoint import pretrained_config
-    from .config import load_config
-    from .errors import ConfigError
-    from .evaluate import format_table
-    from .io import atomic_write_bytes, atomic_write_json
+    from adaptive_ir.api import checkpoint_config, evaluate_config
+    from adaptive_ir.artifacts.checkpoint import pretrained_config
+    from adaptive_ir.config import load_config
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.evaluation.metrics import format_table
+    from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
 
     policy = None
     if args.policy is not None:
@@ -280,9 +280,9 @@ def cmd_evaluate(args) -> int:
 def cmd_compare(args) -> int:
     import signal
 
-    from .compare import CompareInterrupted, compare, parse_seeds
-    from .config import load_config
-    from .errors import ConfigError
+    from adaptive_ir.compare import CompareInterrupted, compare, parse_seeds
+    from adaptive_ir.config import load_config
+    from adaptive_ir.common.errors import ConfigError
 
     seeds = parse_seeds(args.seeds)
     if args.permutations < 1:
@@ -301,11 +301,11 @@ def cmd_compare(args) -> int:
 
 
 def cmd_reformulate(args) -> int:
-    from .reformulate import Reformulator
+    from adaptive_ir.inference.reformulate import Reformulator
 
     fmt = "json" if args.json else args.format
     if args.checkpoint and args.set:
-        from .errors import ConfigError
+        from adaptive_ir.common.errors import ConfigError
         raise ConfigError("--set goes with --policy: a checkpoint is reformulated with the config it was trained with")
     ref = (Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir) if args.checkpoint else
            Reformulator.from_pretrained(args.policy, args.data_dir, device=args.device,
@@ -333,7 +333,7 @@ def cmd_reformulate(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .api import export
+    from adaptive_ir.api import export
 
     folder = export(args.checkpoint, args.output_dir, args.data_dir, _settings(args.apply, "--apply"))
     print(f"wrote {folder}/policy.safetensors, policy.json and README.md")
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     import bm25s  # noqa: F401 - imported first: it sets its own logger level on import
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)
-    from .errors import AdaptiveIRError
+    from adaptive_ir.common.errors import AdaptiveIRError
 
     try:
         return COMMANDS[args.command](args)

@@ -29,17 +29,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import Config, config_from_dict, config_to_dict, resolve_device
-from .errors import CheckpointError, ConfigError
-from .evaluate import METRIC_NAMES, per_query
-from .io import atomic_write_bytes, atomic_write_json
-from .methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
-from .ppo import AmpContext
-from .stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
-from .checkpoint import build_agent, init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
-from .rundir import start_run
-from .trainer import Trainer
-from .workspace import Workspace
+from adaptive_ir.config import Config, config_from_dict, config_to_dict, resolve_device
+from adaptive_ir.common.errors import CheckpointError, ConfigError
+from adaptive_ir.evaluation.metrics import METRIC_NAMES, per_query
+from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
+from adaptive_ir.evaluation.methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.evaluation.stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
+from adaptive_ir.artifacts.checkpoint import build_agent, init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
+from adaptive_ir.training.rundir import start_run
+from adaptive_ir.training.trainer import Trainer
+from adaptive_ir.rl.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

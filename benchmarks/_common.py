@@ -17,7 +17,7 @@ import torch
 
 from adaptive_ir.config import load_config
 from adaptive_ir.data import load_beir, make_default
-from adaptive_ir.workspace import Workspace, seed_everything
+from adaptive_ir.rl.workspace import Workspace, seed_everything
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -157,8 +157,8 @@ def count_ops(fn, device: torch.device) -> dict[str, int]:
 
 
 def count_syncs(fn) -> list[str]:
-    """The host-device synchronisations ``fn`` makes (``adaptive_ir.hostsync``; sees them on any device)."""
-    from adaptive_ir.hostsync import SyncDetector
+    """The host-device synchronisations ``fn`` makes (``adaptive_ir.common.hostsync``; sees them on any device)."""
+    from adaptive_ir.common.hostsync import SyncDetector
 
     with SyncDetector(raise_on_sync=False) as detector:
         fn()
@@ -168,7 +168,7 @@ def count_syncs(fn) -> list[str]:
 def count_cuda_syncs(fn, device: torch.device) -> int | None:
     """On CUDA, the synchronising calls CUDA itself reports for ``fn`` (``hostsync.cuda_sync_sites``): a second
     opinion beside ``count_syncs``. None on other devices."""
-    from adaptive_ir.hostsync import cuda_sync_sites
+    from adaptive_ir.common.hostsync import cuda_sync_sites
 
     return len(cuda_sync_sites(fn)) if device.type == "cuda" else None
 

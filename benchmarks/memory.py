@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from adaptive_ir.buffer import RolloutBuffer
+from adaptive_ir.rl.buffer import RolloutBuffer
 from adaptive_ir.config import load_config
 
 import _common as common

@@ -3,7 +3,7 @@
 AMP is bf16 autocast on the CPU; on CUDA, fp16 with GradScaler and bf16 (where native: compute capability ≥ 8).
 One buffer is filled once by the engine's rollout (B = training.episodes_per_update episodes); every variant then
 starts from the same weights and optimizer state and runs ``training.ppo_epochs`` epochs over it, ``--repeats``
-times. Per minibatch (fp32): host-device syncs (``adaptive_ir.hostsync``: 0 expected; the update's one read for
+times. Per minibatch (fp32): host-device syncs (``adaptive_ir.common.hostsync``: 0 expected; the update's one read for
 its statistics is not counted) and operators that launch kernels (torch.profiler).
 
 Peak memory: CUDA ``max_memory_allocated``; on the CPU, the growth of the process' peak resident set
@@ -25,12 +25,12 @@ import time
 
 import torch
 
-from adaptive_ir.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.ppo import AmpContext, Autocast, PPOSettings, make_optimizer, native_bf16, ppo_update
-from adaptive_ir.reformulate import make_env
-from adaptive_ir.rollout import collect
-from adaptive_ir.checkpoint import build_agent
-from adaptive_ir.trainer import DATA_PARALLEL_MIN_BATCH
+from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.rl.ppo import AmpContext, Autocast, PPOSettings, make_optimizer, native_bf16, ppo_update
+from adaptive_ir.inference.reformulate import make_env
+from adaptive_ir.rl.rollout import collect
+from adaptive_ir.artifacts.checkpoint import build_agent
+from adaptive_ir.training.trainer import DATA_PARALLEL_MIN_BATCH
 
 import _common as common
 

@@ -20,7 +20,7 @@ import time
 
 import _common as common
 from adaptive_ir.config import load_config
-from adaptive_ir.workspace import Workspace
+from adaptive_ir.rl.workspace import Workspace
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ postings (and merging the top k), the reward metric and env bookkeeping, and the
 writes); candidate mining and the rest of the precompute are timed once.
 
 Per lockstep step of one collect round at B=32 (or the smallest B), for the fixed-shape engine (what CUDA runs)
-and for the compact one: ``syncs_per_step`` (host-device synchronisations, counted by ``adaptive_ir.hostsync``;
+and for the compact one: ``syncs_per_step`` (host-device synchronisations, counted by ``adaptive_ir.common.hostsync``;
 0 for the fixed-shape engine) and ``ops_per_step`` (operators that launch kernels, counted with torch.profiler;
 on CUDA also the kernel launches).
 
@@ -25,12 +25,12 @@ from contextlib import contextmanager
 
 import torch
 
-import adaptive_ir.rollout as rollout_module
-from adaptive_ir.buffer import RolloutBuffer
-from adaptive_ir.ppo import AmpContext
-from adaptive_ir.reformulate import make_env
-from adaptive_ir.rollout import collect
-from adaptive_ir.checkpoint import build_agent
+import adaptive_ir.rl.rollout as rollout_module
+from adaptive_ir.rl.buffer import RolloutBuffer
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.inference.reformulate import make_env
+from adaptive_ir.rl.rollout import collect
+from adaptive_ir.artifacts.checkpoint import build_agent
 
 import _common as common
 

@@ -177,7 +177,7 @@ def search_queries(collection, n: int | None, seed: int) -> tuple[str, list[str]
 
 
 def worker_ours(args) -> dict:
-    from adaptive_ir.retrieval import Retriever, index_folder
+    from adaptive_ir.retrieval.retriever import Retriever, index_folder
 
     collection = common.load_collection(args.data_dir)
     out = {"rss_loaded": _rss(), "num_docs": collection.num_docs}
@@ -221,7 +221,7 @@ def worker_bm25s(args) -> dict:
     out["build_s"] = time.perf_counter() - t0
     out["peak_rss_build"] = _peak_rss()
     del tokens
-    from adaptive_ir.text import Analyzer
+    from adaptive_ir.retrieval.analyzer import Analyzer
 
     analyzer = Analyzer()
     vocab = retriever.vocab_dict
@@ -258,10 +258,10 @@ class _RandomEmbedder:
 def worker_rollout(args) -> dict:
     import torch
 
-    import adaptive_ir.workspace as workspace_module
-    from adaptive_ir.ppo import AmpContext
-    from adaptive_ir.reformulate import make_env
-    from adaptive_ir.trainer import build_agent
+    import adaptive_ir.rl.workspace as workspace_module
+    from adaptive_ir.rl.ppo import AmpContext
+    from adaptive_ir.inference.reformulate import make_env
+    from adaptive_ir.training.trainer import build_agent
     from rollout import run_episodes
 
     device = common.setup(args)
@@ -301,9 +301,9 @@ def ppo_throughput(agent, amp, qs, env, tc, order, args) -> dict:
     time, into its columns, as training does); ``work``: what the steps of that buffer added, from its actions."""
     import torch
 
-    from adaptive_ir.buffer import RolloutBuffer, compute_gae
-    from adaptive_ir.ppo import PPOSettings, make_optimizer, ppo_update
-    from adaptive_ir.rollout import collect
+    from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+    from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
+    from adaptive_ir.rl.rollout import collect
 
     device = qs.terms.device
     b = min(args.batch, tc.episodes_per_update)

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from rank_bm25 import BM25Okapi
 
-from adaptive_ir.index import BM25Index
-from adaptive_ir.text import Analyzer, CorpusTerms
+from adaptive_ir.retrieval.index import BM25Index
+from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 import bm25s  # after adaptive_ir, which keeps JAX (bm25s calls it on import) off the GPU
 
 import _common as common

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from adaptive_ir.checkpoint import agent_from_policy, policy_path, pretrained_config, read_policy
-from adaptive_ir.errors import AdaptiveIRError
-from adaptive_ir.methods import evaluate_split
-from adaptive_ir.ppo import AmpContext
-from adaptive_ir.spec import check_fits, policy_spec
-from adaptive_ir.workspace import Workspace
+from adaptive_ir.artifacts.checkpoint import agent_from_policy, policy_path, pretrained_config, read_policy
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.evaluation.methods import evaluate_split
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.artifacts.spec import check_fits, policy_spec
+from adaptive_ir.rl.workspace import Workspace
 
 
 class MeanProbabilities(nn.Module):

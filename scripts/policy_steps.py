@@ -17,10 +17,10 @@ import json
 import numpy as np
 import torch
 
-from adaptive_ir.checkpoint import agent_from_policy, load_for_inference, pretrained_config
-from adaptive_ir.reformulate import make_env
-from adaptive_ir.rollout import greedy_actions, step_counters
-from adaptive_ir.workspace import Workspace
+from adaptive_ir.artifacts.checkpoint import agent_from_policy, load_for_inference, pretrained_config
+from adaptive_ir.inference.reformulate import make_env
+from adaptive_ir.rl.rollout import greedy_actions, step_counters
+from adaptive_ir.rl.workspace import Workspace
 
 
 def main() -> None:

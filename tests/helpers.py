@@ -87,9 +87,9 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     RM3 expansion over its 5 best BM25 documents (``retrieval.start``)."""
     import numpy as np
 
-    from adaptive_ir.candidates import CandidateMiner
-    from adaptive_ir.env import QuerySet
-    from adaptive_ir.retrieval import Retriever
+    from adaptive_ir.mining.candidates import CandidateMiner
+    from adaptive_ir.rl.env import QuerySet
+    from adaptive_ir.retrieval.retriever import Retriever
 
     coll = default_collection()
     qids, texts, qrels = coll.split("train")
@@ -102,7 +102,7 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
     start_terms, start_weights = terms, None
     if start == "rm3":
-        from adaptive_ir.evaluate import rm3_expansion
+        from adaptive_ir.evaluation.metrics import rm3_expansion
 
         start_terms, start_weights = rm3_expansion(retriever, terms, fb_docs=5, unit_query=True)
     qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels,
@@ -121,7 +121,7 @@ def reference_topk(index, terms: torch.Tensor, weights: torch.Tensor, k: int,
     """Top-k ranking keys of whole queries searched from scratch: every document scored (``BM25Index.score``), a
     row's excluded document (-1: none) dropped, each row sorted by score with ties in corpus order (a stable
     sort), documents with a score > 0 kept; -1 padded. What the env's incremental rankings must equal."""
-    from adaptive_ir.index import ranking_keys
+    from adaptive_ir.retrieval.index import ranking_keys
 
     scores = index.score(terms, weights)
     out = torch.full((terms.shape[0], min(k, index.num_docs)), -1, dtype=torch.long)
@@ -138,7 +138,7 @@ def reference_topk(index, terms: torch.Tensor, weights: torch.Tensor, k: int,
 def reference_metric(keys: torch.Tensor, relevant: list[set[int]], weights: dict[str, float]) -> torch.Tensor:
     """Σ weight · metric of rankings given as keys (``reference_topk``), read as lists: recall = relevant documents
     in the list / all relevant; reciprocal rank of the first relevant one."""
-    from adaptive_ir.index import key_docs
+    from adaptive_ir.retrieval.index import key_docs
 
     out = []
     for row, rel in zip(key_docs(keys).tolist(), relevant):

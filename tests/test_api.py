@@ -10,7 +10,7 @@ import pytest
 import adaptive_ir
 from adaptive_ir.api import export
 from adaptive_ir.cli import main
-from adaptive_ir.reformulate import lucene_escape, lucene_query
+from adaptive_ir.inference.reformulate import lucene_escape, lucene_query
 
 SMALL = {"data.max_train_queries": 32, "training.episodes_per_update": 16, "training.collect_batch_size": 16,
          "training.batch_size": 32, "training.ppo_epochs": 1, "training.num_epochs": 1, "training.eval_every": 1,
@@ -75,7 +75,7 @@ def test_lucene_query_syntax():
 
 
 def test_reformulate_prints_the_searched_rewrite_as_a_lucene_query(result, capsys):
-    from adaptive_ir.reformulate import Reformulator
+    from adaptive_ir.inference.reformulate import Reformulator
 
     ref = Reformulator.load(result.best_checkpoint, device="cpu")
     queries = ref.ws.collection.split("dev")[1][:8]

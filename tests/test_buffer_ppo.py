@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptive_ir.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.env import ReformulationEnv
-from adaptive_ir.errors import AdaptiveIRError
-from adaptive_ir.policy import Agent
-from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, native_bf16, ppo_update
-from adaptive_ir.rollout import collect
-from adaptive_ir.trainer import Trainer
+from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.rl.env import ReformulationEnv
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, native_bf16, ppo_update
+from adaptive_ir.rl.rollout import collect
+from adaptive_ir.training.trainer import Trainer
 
 from helpers import default_collection, query_world, tiny_config
 
@@ -173,7 +173,7 @@ def test_first_minibatch_ratio_is_one_even_with_dropout_configured(tmp_path, cap
 
 def test_ignored_features_do_not_move_the_policy(world):
     """rl_agent.ignore_features: the masked inputs change nothing in the logits; the others do."""
-    from adaptive_ir.policy import agent_feature_names
+    from adaptive_ir.rl.policy import agent_feature_names
 
     names = agent_feature_names(world.miner.feature_names)
     ignored = {"cooc_mean", "z:cooc_mean", "rank"}

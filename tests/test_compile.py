@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptive_ir.env import ReformulationEnv
-from adaptive_ir.policy import Agent
-from adaptive_ir.rollout import step_counters
+from adaptive_ir.rl.env import ReformulationEnv
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.rollout import step_counters
 
 from helpers import query_world
 
@@ -73,7 +73,7 @@ def test_env_step_is_one_graph(world, mix):
 
 
 def test_config_switch_compiles_the_rollout(tmp_path, monkeypatch):
-    from adaptive_ir.trainer import Trainer
+    from adaptive_ir.training.trainer import Trainer
 
     from helpers import default_collection, tiny_config
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adaptive_ir.spec import _config_part
+from adaptive_ir.artifacts.spec import _config_part
 from adaptive_ir.config import (
     CONFIG_DIR,
     Config,
@@ -19,7 +19,7 @@ from adaptive_ir.config import (
     load_config,
     resolve_device,
 )
-from adaptive_ir.errors import ConfigError
+from adaptive_ir.common.errors import ConfigError
 
 SEED = CONFIG_DIR / "msa_optimized_gpu.yaml"
 
@@ -507,7 +507,7 @@ def test_expansion_weights_are_the_action_space_and_may_not_repeat():
 
 
 def test_unknown_ignored_feature_is_named_with_the_valid_ones(tmp_path):
-    from adaptive_ir.trainer import Trainer
+    from adaptive_ir.training.trainer import Trainer
 
     from helpers import tiny_config
 

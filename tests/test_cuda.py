@@ -1,7 +1,7 @@
 """The accelerator path on a real CUDA device, against the CPU: the same rankings, score lanes and rewards, step for
 step (the GPU's fixed-shape tensor code against the CPU kernels); the same top k from the batched search; no
 host-device synchronisation in a rollout step or a PPO minibatch by CUDA's own account (its sync-debug mode, a
-second witness beside ``adaptive_ir.hostsync``); and the same training run twice from one seed.
+second witness beside ``adaptive_ir.common.hostsync``); and the same training run twice from one seed.
 
 Skipped where no CUDA device is present (CI). ``scripts/gpu_check.sh`` runs it with the GPU benchmarks."""
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptive_ir.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.env import ReformulationEnv
-from adaptive_ir.hostsync import cuda_sync_sites
-from adaptive_ir.policy import Agent
-from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
-from adaptive_ir.rollout import collect, policy_step, step_counters
-from adaptive_ir.trainer import Trainer
+from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.rl.env import ReformulationEnv
+from adaptive_ir.common.hostsync import cuda_sync_sites
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.rl.rollout import collect, policy_step, step_counters
+from adaptive_ir.training.trainer import Trainer
 
 from helpers import default_collection, query_world, tiny_config
 

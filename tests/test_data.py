@@ -35,7 +35,7 @@ from adaptive_ir.data import (
     natural_key,
 )
 from adaptive_ir.data.lines import read_queries
-from adaptive_ir.errors import AdaptiveIRError, DataError
+from adaptive_ir.common.errors import AdaptiveIRError, DataError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 

@@ -17,7 +17,7 @@ from adaptive_ir.data.corpus import DocIds, MemoryCorpus
 from adaptive_ir.data.lines import ZipPath
 from adaptive_ir.data import textfile
 from adaptive_ir.data.textfile import TextFileCorpus
-from adaptive_ir.errors import DataError
+from adaptive_ir.common.errors import DataError
 
 N = 300
 

@@ -15,10 +15,10 @@ import torch
 
 from adaptive_ir.config import load_config
 from adaptive_ir.data import HDF5Corpus, load_collection, load_hdf5
-from adaptive_ir.env import ReformulationEnv
-from adaptive_ir.errors import DataError
-from adaptive_ir.evaluate import bm25_run, drop_excluded, evaluate_run
-from adaptive_ir.retrieval import Retriever
+from adaptive_ir.rl.env import ReformulationEnv
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.evaluation.metrics import bm25_run, drop_excluded, evaluate_run
+from adaptive_ir.retrieval.retriever import Retriever
 
 VSTR = h5py.string_dtype("utf-8")
 
@@ -176,8 +176,8 @@ def test_a_repeated_title_excludes_its_last_row(tmp_path):
 
 
 def test_evaluation_drops_the_excluded_document_from_every_run(tmp_path):
-    from adaptive_ir.methods import evaluate_split
-    from adaptive_ir.workspace import Workspace
+    from adaptive_ir.evaluation.methods import evaluate_split
+    from adaptive_ir.rl.workspace import Workspace
 
     # the Lucene row mentions word vectors too, so the test query still retrieves something once its own title
     # row (3, "Word vectors") is left out

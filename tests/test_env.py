@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from adaptive_ir.env import Judgements, QuerySet, ReformulationEnv
-from adaptive_ir.index import key_docs, key_scores, ranking_keys
-from adaptive_ir.policy import Agent
-from adaptive_ir.ppo import AmpContext
-from adaptive_ir.rollout import policy_step, step_counters
+from adaptive_ir.rl.env import Judgements, QuerySet, ReformulationEnv
+from adaptive_ir.retrieval.index import key_docs, key_scores, ranking_keys
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.rl.rollout import policy_step, step_counters
 
 from helpers import default_collection, query_world, reference_metric, reference_topk, relevant_sets
 
@@ -350,9 +350,9 @@ def test_kept_rankings_equal_a_search_from_scratch_in_both_modes(world, mix, wei
 def tie_world():
     """A corpus where every document appears three times (equal scores everywhere: ties decided by position),
     with qrels on some of the copies."""
-    from adaptive_ir.candidates import CandidateMiner
+    from adaptive_ir.mining.candidates import CandidateMiner
     from adaptive_ir.data import Collection, MemoryCorpus
-    from adaptive_ir.retrieval import Retriever
+    from adaptive_ir.retrieval.retriever import Retriever
 
     texts = [t for t in default_collection().doc_texts()[:300] for _ in range(3)]
     corpus = MemoryCorpus([f"d{i}" for i in range(len(texts))], [""] * len(texts), texts)
@@ -459,7 +459,7 @@ def test_excluded_document_is_never_retrieved_and_takes_no_rank(world):
 def test_episodes_started_from_rm3_keep_rankings_equal_to_a_search_from_scratch(world):
     # retrieval.start = rm3: q0 is each query's RM3 expansion, its words at weight 1; the env's first ranking is
     # that query's RM3 run (the fixed rule), and every step keeps the rewritten query's ranking exactly
-    from adaptive_ir.evaluate import rm3_run
+    from adaptive_ir.evaluation.metrics import rm3_run
 
     r, mix = world.retriever, {"recall": 1.0}
     qs = query_world(NUM_QUERIES, start="rm3").qs

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from adaptive_ir.data import Collection, MemoryCorpus
-from adaptive_ir.evaluate import (MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, per_query,
+from adaptive_ir.evaluation.metrics import (MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, per_query,
                                   read_trec_run, rm3_expansion, rm3_run, to_run, write_trec_run)
-from adaptive_ir.feedback import SemanticFeedback, relevance_model, rm3_queries
-from adaptive_ir.retrieval import Retriever
+from adaptive_ir.retrieval.feedback import SemanticFeedback, relevance_model, rm3_queries
+from adaptive_ir.retrieval.retriever import Retriever
 
 from helpers import TINY_DOCS, beir
 

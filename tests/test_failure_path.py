@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from adaptive_ir import ppo as ppo_module
-from adaptive_ir import trainer as trainer_module
-from adaptive_ir.checkpoint import load_checkpoint
+from adaptive_ir.rl import ppo as ppo_module
+from adaptive_ir.training import trainer as trainer_module
+from adaptive_ir.artifacts.checkpoint import load_checkpoint
 from adaptive_ir.data import make_default
-from adaptive_ir.io import file_lock
-from adaptive_ir.monitor import read_metrics
-from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
-from adaptive_ir.retrieval import Retriever, index_folder
-from adaptive_ir.trainer import Trainer
+from adaptive_ir.common.io import file_lock
+from adaptive_ir.training.monitor import read_metrics
+from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.retrieval.retriever import Retriever, index_folder
+from adaptive_ir.training.trainer import Trainer
 
 from helpers import default_collection, tiny_config
 from test_sync_free import agent_env_buffer
@@ -175,8 +175,8 @@ def test_the_index_is_saved_under_the_cache_lock(index_cache, tmp_path):
 def kl_stopped_update(w, monkeypatch, mode: str):
     """One update whose target KL every first step exceeds, with 3 epochs of 4 minibatches: (forwards run,
     statistics, optimizer, parameters, the minibatch generator's state)."""
-    from adaptive_ir.buffer import compute_gae
-    from adaptive_ir.rollout import collect
+    from adaptive_ir.rl.buffer import compute_gae
+    from adaptive_ir.rl.rollout import collect
 
     amp = AmpContext(torch.device("cpu"), False)
     agent, env, buf = agent_env_buffer(w, amp)

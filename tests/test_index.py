@@ -9,9 +9,9 @@ import pytest
 import torch
 from rank_bm25 import BM25Okapi
 
-from adaptive_ir.errors import DataError
-from adaptive_ir.index import BM25Index
-from adaptive_ir.text import Analyzer, CorpusTerms
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.retrieval.index import BM25Index
+from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 
 from helpers import TINY_DOCS, TINY_QUERIES, beir
 
@@ -205,8 +205,8 @@ def assert_same_as_bm25s(ours: np.ndarray, theirs: np.ndarray) -> None:
 @pytest.mark.parametrize("chunk,chars,block", [(1, 1 << 20, 1), (2, 1 << 20, 3), (3, 1 << 20, 1 << 20),
                                                 (100, 40, 7), (100, 1, 1 << 20)])
 def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, block, monkeypatch):
-    import adaptive_ir.index as index_module
-    import adaptive_ir.text as text_module
+    import adaptive_ir.retrieval.index as index_module
+    import adaptive_ir.retrieval.analyzer as text_module
 
     texts = MIXED_DOCS + TINY_DOCS
     analyzer = Analyzer()
@@ -241,7 +241,7 @@ def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, blo
 
 
 def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
-    import adaptive_ir.index as index_module
+    import adaptive_ir.retrieval.index as index_module
 
     texts = [t for chunk in beir("scifact").iter_doc_texts() for t in chunk]
     monkeypatch.setattr(index_module, "_BLOCK_POSTINGS", 10_000)  # many counting-sort blocks
@@ -260,7 +260,7 @@ def _collection(texts: list[str]):
 
 
 def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
-    from adaptive_ir.retrieval import Retriever
+    from adaptive_ir.retrieval.retriever import Retriever
 
     texts = MIXED_DOCS + TINY_DOCS
     built = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")

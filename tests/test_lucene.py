@@ -14,11 +14,11 @@ import Stemmer
 
 from adaptive_ir.config import ConfigError, load_config
 from adaptive_ir.data import Collection, MemoryCorpus
-from adaptive_ir.evaluate import R, bm25_run, evaluate_run, nDCG
-from adaptive_ir.index import LENGTH_TABLE, BM25Index, LuceneWeights, length_norm_byte
-from adaptive_ir.lucene import porter_stem, standard_tokens
-from adaptive_ir.retrieval import Retriever, index_folder
-from adaptive_ir.text import Analyzer, CorpusTerms
+from adaptive_ir.evaluation.metrics import R, bm25_run, evaluate_run, nDCG
+from adaptive_ir.retrieval.index import LENGTH_TABLE, BM25Index, LuceneWeights, length_norm_byte
+from adaptive_ir.retrieval.lucene import porter_stem, standard_tokens
+from adaptive_ir.retrieval.retriever import Retriever, index_folder
+from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 
 from helpers import beir
 

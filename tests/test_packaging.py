@@ -53,7 +53,7 @@ def test_an_installed_wheel_finds_its_configs_and_policies_from_any_directory(wh
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     code = ("import adaptive_ir, pathlib; from adaptive_ir.config import load_config; "
-            "from adaptive_ir.checkpoint import init_policy_path; "
+            "from adaptive_ir.artifacts.checkpoint import init_policy_path; "
             "c = load_config('scifact'); print(pathlib.Path(adaptive_ir.__file__).parent); "
             "print(load_config('quickstart').source); print(init_policy_path(c))")
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -108,8 +108,8 @@ def test_jax_stays_off_the_gpu_when_bm25s_calls_it_on_import(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(ROOT)])}
     env.pop("JAX_PLATFORMS", None)
-    subprocess.run([sys.executable, "-c", "import adaptive_ir.text, bm25s"], check=True, env=env, timeout=120)
+    subprocess.run([sys.executable, "-c", "import adaptive_ir.retrieval.analyzer, bm25s"], check=True, env=env, timeout=120)
     assert (tmp_path / "platform").read_text() == "cpu"
-    subprocess.run([sys.executable, "-c", "import adaptive_ir.text"], check=True, timeout=120,
+    subprocess.run([sys.executable, "-c", "import adaptive_ir.retrieval.analyzer"], check=True, timeout=120,
                    env={**env, "JAX_PLATFORMS": "cuda"})
     assert (tmp_path / "platform").read_text() == "cuda"  # the user's own setting wins

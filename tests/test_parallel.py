@@ -19,13 +19,13 @@ import pytest
 import torch
 from torch import nn
 
-import adaptive_ir.trainer as trainer_mod
+import adaptive_ir.training.trainer as trainer_mod
 from adaptive_ir import cli
-from adaptive_ir.checkpoint import load_checkpoint
-from adaptive_ir.monitor import read_metrics
-from adaptive_ir.ppo import AmpContext, Autocast
-from adaptive_ir.telemetry import GPUTelemetry, discover_devices, sample
-from adaptive_ir.trainer import Trainer, parallel_wrapper
+from adaptive_ir.artifacts.checkpoint import load_checkpoint
+from adaptive_ir.training.monitor import read_metrics
+from adaptive_ir.rl.ppo import AmpContext, Autocast
+from adaptive_ir.common.telemetry import GPUTelemetry, discover_devices, sample
+from adaptive_ir.training.trainer import Trainer, parallel_wrapper
 
 from helpers import default_collection, tiny_config
 
@@ -147,7 +147,7 @@ def test_only_update_forwards_run_through_the_wrapper(tmp_path, monkeypatch):
 WORKER = """
 import hashlib, json, os, sys
 import torch
-import adaptive_ir.trainer as T
+import adaptive_ir.training.trainer as T
 from adaptive_ir import cli
 
 train, collect = T.Trainer.train, T.Trainer._collect

@@ -12,8 +12,8 @@ import pytest
 
 from adaptive_ir.api import evaluate_pretrained
 from adaptive_ir.cli import main
-from adaptive_ir.export import SHIPPED_DIR
-from adaptive_ir.reformulate import Reformulator
+from adaptive_ir.artifacts.export import SHIPPED_DIR
+from adaptive_ir.inference.reformulate import Reformulator
 
 from test_cli_errors import assert_clean_error, run_cli
 from test_reliability import write_beir_from_default
@@ -91,7 +91,7 @@ def test_a_policy_that_does_not_fit_is_refused_in_one_line(workdir, capsys, monk
 def test_every_policy_is_scored_on_the_same_dev_carve():
     # a collection without a dev split has one carved from train: which queries must not depend on the seed the
     # policy happened to be trained with (stored in its config), or two policies are scored on different queries
-    from adaptive_ir.checkpoint import PRETRAINED_SPLIT_SEED, pretrained_config
+    from adaptive_ir.artifacts.checkpoint import PRETRAINED_SPLIT_SEED, pretrained_config
 
     cfgs = [pretrained_config(p, "some/beir-folder")[0] for p in ("nfcorpus-seed-1", "nfcorpus-seed-2")]
     assert [c.system.seed for c in cfgs] == [1, 2]

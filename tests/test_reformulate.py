@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from adaptive_ir import kernels
+from adaptive_ir.retrieval import kernels
 from adaptive_ir.cli import main
-from adaptive_ir.oracle import oracle_rewrite
-from adaptive_ir.reformulate import Reformulator, agent_run, make_env, rrf
-from adaptive_ir.rollout import greedy_actions, greedy_rewrite
-from adaptive_ir.methods import evaluate_split
-from adaptive_ir.trainer import Trainer
-from adaptive_ir.workspace import Workspace
+from adaptive_ir.evaluation.oracle import oracle_rewrite
+from adaptive_ir.inference.reformulate import Reformulator, agent_run, make_env, rrf
+from adaptive_ir.rl.rollout import greedy_actions, greedy_rewrite
+from adaptive_ir.evaluation.methods import evaluate_split
+from adaptive_ir.training.trainer import Trainer
+from adaptive_ir.rl.workspace import Workspace
 
 from helpers import default_collection, reference_metric, reference_topk, relevant_sets, tiny_config
 
@@ -108,7 +108,7 @@ def test_a_rewrite_started_from_rm3_shows_and_searches_the_rm3_terms(trained):
     # added, and its Lucene query carries them at their weights (the query's words at 1 or more)
     import dataclasses
 
-    from adaptive_ir.evaluate import rm3_expansion
+    from adaptive_ir.evaluation.metrics import rm3_expansion
 
     cfg, trainer = trained
     cfg = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, start="rm3"))

@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 import torch
 
-from adaptive_ir import io as aio
-from adaptive_ir.checkpoint import load_checkpoint, save_checkpoint
+from adaptive_ir.common import io as aio
+from adaptive_ir.artifacts.checkpoint import load_checkpoint, save_checkpoint
 from adaptive_ir.cli import main
 from adaptive_ir.config import load_config
 from adaptive_ir.data import make_default
-from adaptive_ir.embeddings import EmbeddingCache
-from adaptive_ir.errors import CheckpointError
-from adaptive_ir.monitor import read_metrics
-from adaptive_ir.trainer import Trainer
-from adaptive_ir.workspace import Workspace
+from adaptive_ir.mining.embeddings import EmbeddingCache
+from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.training.monitor import read_metrics
+from adaptive_ir.training.trainer import Trainer
+from adaptive_ir.rl.workspace import Workspace
 
 from helpers import TINY_ARGS as TINY
 
@@ -137,7 +137,7 @@ def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(tmp_path, re
 def test_sigterm_checkpoints_and_exits_zero(tmp_path, monkeypatch, capsys):
     # in this process: SIGTERM is sent to ourselves once the first update is logged (the trainer's handler
     # catches it; a SIGTERM outside train() would end pytest, so the run must already be in its loop)
-    from adaptive_ir.monitor import Monitor
+    from adaptive_ir.training.monitor import Monitor
 
     real_log = Monitor.log
 
@@ -158,7 +158,7 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path, monkeypatch, capsys):
 
 _WRITER = """
 import sys
-from adaptive_ir.io import atomic_write_bytes
+from adaptive_ir.common.io import atomic_write_bytes
 path, size = sys.argv[1], int(sys.argv[2])
 print("ready", flush=True)
 i = 0
@@ -205,7 +205,7 @@ def test_a_run_killed_between_checkpoint_and_sidecar_leaves_the_previous_checkpo
                                                                                             crash_in):
     # the checkpoint and its sha256 sidecar are two files: whichever write a kill lands between, the previous
     # checkpoint must still load (a checksum mismatch would leave --resume nothing to resume from)
-    from adaptive_ir import checkpoint as ckmod
+    from adaptive_ir.artifacts import checkpoint as ckmod
 
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"format": 1, "counters": {"update": 7}, "w": torch.arange(10.0)})
@@ -319,7 +319,7 @@ class NaNInjector:
     """Makes the value head return NaN on chosen PPO-update forwards (the update's; rollouts are clean)."""
 
     def __init__(self, monkeypatch, every: int):
-        from adaptive_ir.policy import Agent
+        from adaptive_ir.rl.policy import Agent
 
         self.every, self.calls, self.injected = every, 0, 0
         original = Agent.forward

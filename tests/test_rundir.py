@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptive_ir import io as aio
-from adaptive_ir.checkpoint import load_checkpoint
+from adaptive_ir.common import io as aio
+from adaptive_ir.artifacts.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
 from adaptive_ir.config import load_config
-from adaptive_ir.monitor import read_metrics
-from adaptive_ir.rundir import config_fingerprint, start_run
+from adaptive_ir.training.monitor import read_metrics
+from adaptive_ir.training.rundir import config_fingerprint, start_run
 
 from helpers import TINY_ARGS
 
@@ -284,7 +284,7 @@ def test_numbering_skips_a_folder_in_use(tmp_path):
 _TABLES = """
 import sys
 import numpy as np
-from adaptive_ir.embeddings import EmbeddingCache
+from adaptive_ir.mining.embeddings import EmbeddingCache
 
 class Embedder:
     dim = 4
@@ -304,7 +304,7 @@ def test_concurrent_runs_share_embedding_tables_and_every_table_reads_whole(tmp_
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()[-3000:]
         assert "damaged" not in p.stderr.read()  # no run ever read half a table
-    from adaptive_ir.embeddings import EmbeddingCache
+    from adaptive_ir.mining.embeddings import EmbeddingCache
 
     cache = EmbeddingCache(tmp_path, {"model": "fake"})
     assert len(list(cache.folder.glob("table-*"))) == 5 + 75  # the shared tables once, each run's own
@@ -319,7 +319,7 @@ def test_concurrent_runs_share_embedding_tables_and_every_table_reads_whole(tmp_
 _WRITER = """
 import sys
 import numpy as np
-from adaptive_ir.io import save_arrays
+from adaptive_ir.common.io import save_arrays
 folder, value = sys.argv[1], float(sys.argv[2])
 print("ready", flush=True)
 for _ in range(150):

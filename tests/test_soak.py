@@ -11,8 +11,8 @@ import os
 import pytest
 
 from adaptive_ir.config import load_config
-from adaptive_ir.monitor import Monitor
-from adaptive_ir.trainer import Trainer
+from adaptive_ir.training.monitor import Monitor
+from adaptive_ir.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 

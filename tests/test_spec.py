@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from adaptive_ir.candidates import QUERY_FEATURES
-from adaptive_ir.checkpoint import init_policy_path, load_checkpoint, read_policy
+from adaptive_ir.mining.candidates import QUERY_FEATURES
+from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_policy
 from adaptive_ir.cli import main
 from adaptive_ir.config import config_to_dict, load_config
-from adaptive_ir.errors import CheckpointError
-from adaptive_ir.export import SHIPPED_DIR, read_export, shipped_policies
-from adaptive_ir.spec import CONFIG_KEYS, check_fits
-from adaptive_ir.trainer import Trainer
+from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.artifacts.export import SHIPPED_DIR, read_export, shipped_policies
+from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits
+from adaptive_ir.training.trainer import Trainer
 
 from helpers import tiny_config
 from test_cli_errors import assert_clean_error, run_cli
@@ -77,7 +77,7 @@ def test_resume_and_reformulate_go_through_the_same_check(trained, tmp_path):
     # a checkpoint edited to claim other data is refused by reformulate (its config is its own)
     state = load_checkpoint(ckpt)
     state["data"]["corpus_sha256"] = "0" * 64
-    from adaptive_ir.checkpoint import save_checkpoint
+    from adaptive_ir.artifacts.checkpoint import save_checkpoint
 
     save_checkpoint(tmp_path / "other.pt", state)
     with pytest.raises(CheckpointError, match="does not fit this setup: corpus_sha256: checkpoint 000000000000… vs "
@@ -154,7 +154,7 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
 
 
 def test_an_export_carries_the_settings_it_is_applied_with(trained, tmp_path, capsys):
-    from adaptive_ir.checkpoint import pretrained_config
+    from adaptive_ir.artifacts.checkpoint import pretrained_config
 
     _, ckpt = trained
     folder = tmp_path / "policy"
@@ -204,7 +204,7 @@ def test_an_export_is_written_again_with_other_settings_and_the_same_weights(tmp
 
 
 def test_a_card_names_the_command_of_the_run_while_its_folder_still_holds_that_run(tmp_path):
-    from adaptive_ir.export import run_command
+    from adaptive_ir.artifacts.export import run_command
 
     argv = ["/usr/bin/adaptive-ir", "train", "--config", "wikicar", "--seed", "1"]
     (tmp_path / "run.json").write_text(json.dumps({"id": "r1", "command": argv}))
@@ -251,7 +251,7 @@ def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
 
 
 def _config_keys(cfg) -> dict:
-    from adaptive_ir.spec import _config_part
+    from adaptive_ir.artifacts.spec import _config_part
 
     return _config_part(config_to_dict(cfg))
 

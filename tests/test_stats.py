@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from adaptive_ir import stats
+from adaptive_ir.evaluation import stats
 
 
 def enumerated_p(d: np.ndarray) -> float:

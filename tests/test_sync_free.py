@@ -1,5 +1,5 @@
 """No host-device synchronisation inside a rollout step or a PPO minibatch, proven on the CPU with the detector
-(``adaptive_ir.hostsync``), which sees the sync primitives whatever the device. The env runs its accelerator mode
+(``adaptive_ir.common.hostsync``), which sees the sync primitives whatever the device. The env runs its accelerator mode
 (fixed shapes; the CPU's compact mode reads counts on purpose). The detector itself is checked to catch what it
 must, so the proof cannot pass vacuously."""
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptive_ir.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.env import ReformulationEnv
-from adaptive_ir.hostsync import HostSyncError, SyncDetector, allowed_sync
-from adaptive_ir.policy import Agent
-from adaptive_ir.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
-from adaptive_ir.rollout import collect, greedy_rewrite
+from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.rl.env import ReformulationEnv
+from adaptive_ir.common.hostsync import HostSyncError, SyncDetector, allowed_sync
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.rl.rollout import collect, greedy_rewrite
 
 from helpers import query_world
 

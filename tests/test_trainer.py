@@ -9,12 +9,12 @@ import signal
 import pytest
 import torch
 
-from adaptive_ir.checkpoint import load_checkpoint
+from adaptive_ir.artifacts.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
-from adaptive_ir.errors import CheckpointError, ConfigError
-from adaptive_ir.evaluate import METRIC_NAMES, bm25_run, evaluate_run
-from adaptive_ir.monitor import Monitor, read_metrics
-from adaptive_ir.trainer import Trainer
+from adaptive_ir.common.errors import CheckpointError, ConfigError
+from adaptive_ir.evaluation.metrics import METRIC_NAMES, bm25_run, evaluate_run
+from adaptive_ir.training.monitor import Monitor, read_metrics
+from adaptive_ir.training.trainer import Trainer
 
 from helpers import collection_as_beir, default_collection, tiny_config
 
@@ -258,7 +258,7 @@ def test_cli_train_test_writes_test_metrics(tmp_path):
 
 
 def test_first_step_gains_are_the_rewards_of_those_first_steps(tmp_path):
-    from adaptive_ir.warmstart import first_step_gains
+    from adaptive_ir.rl.warmstart import first_step_gains
 
     trainer = Trainer(tiny_config(tmp_path), progress=False, collection=default_collection())
     env, qidx = trainer.env, torch.arange(10)
@@ -335,7 +335,7 @@ def test_training_on_several_collections_draws_each_update_from_one_and_resumes_
     # under torchrun each rank rolls out its own queries, but an update is on one collection on every rank (its
     # gradients are all-reduced): a rank 1 draws what rank 0 drew, from the start and after a resume from rank 0's
     # checkpoint. No process group here: nothing to wrap, nobody to wait for.
-    from adaptive_ir import trainer as trainer_module
+    from adaptive_ir.training import trainer as trainer_module
 
     monkeypatch.setattr(trainer_module, "dist_info", lambda: (1, 2))
     monkeypatch.setattr(trainer_module, "parallel_wrapper", lambda *args, **kwargs: None)

@@ -22,16 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from adaptive_ir.errors import DataError
+from adaptive_ir.common.errors import DataError
 
-from .beir import BEIR_URL, load_beir
-from .collection import SPLIT_ORDER, Collection, carve_dev, exclude_query_titles, natural_key, only_splits
-from .corpus import Corpus, MemoryCorpus
-from .default import make_default, make_default_with_oracle
-from .irds import load_ir_datasets
-from .msmarco import load_msmarco
-from .nogueira_cho import NOGUEIRA_CHO_URL, HDF5Corpus, load_hdf5
-from .trec import load_trec, load_trec_dir
+from adaptive_ir.data.beir import BEIR_URL, load_beir
+from adaptive_ir.data.collection import SPLIT_ORDER, Collection, carve_dev, exclude_query_titles, natural_key, only_splits
+from adaptive_ir.data.corpus import Corpus, MemoryCorpus
+from adaptive_ir.data.default import make_default, make_default_with_oracle
+from adaptive_ir.data.irds import load_ir_datasets
+from adaptive_ir.data.msmarco import load_msmarco
+from adaptive_ir.data.nogueira_cho import NOGUEIRA_CHO_URL, HDF5Corpus, load_hdf5
+from adaptive_ir.data.trec import load_trec, load_trec_dir
 
 QUICKSTART_HINT = "configs/quickstart.yaml runs with no data (it uses the embedded default collection)."
 

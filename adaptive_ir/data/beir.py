@@ -7,12 +7,12 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from adaptive_ir.errors import DataError
+from adaptive_ir.common.errors import DataError
 
-from .collection import SPLIT_ORDER, Collection, assemble, wanted_splits
-from .corpus import Corpus
-from .lines import PathLike, ZipPath, read_qrels, read_queries
-from .textfile import TextFileCorpus
+from adaptive_ir.data.collection import SPLIT_ORDER, Collection, assemble, wanted_splits
+from adaptive_ir.data.corpus import Corpus
+from adaptive_ir.data.lines import PathLike, ZipPath, read_qrels, read_queries
+from adaptive_ir.data.textfile import TextFileCorpus
 
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 

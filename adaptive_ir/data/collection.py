@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from adaptive_ir.errors import DataError
+from adaptive_ir.common.errors import DataError
 
-from .corpus import CHUNK, Corpus
+from adaptive_ir.data.corpus import CHUNK, Corpus
 
 logger = logging.getLogger(__name__)
 

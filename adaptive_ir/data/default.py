@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .collection import Collection
-from .corpus import MemoryCorpus
+from adaptive_ir.data.collection import Collection
+from adaptive_ir.data.corpus import MemoryCorpus
 
 _ONSETS = "bdfgklmnprtvz"
 _VOWELS = "aeiou"

@@ -7,10 +7,10 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from adaptive_ir.errors import DataError, where
+from adaptive_ir.common.errors import DataError, where
 
-from .collection import SPLIT_ORDER, Collection, assemble, wanted_splits
-from .corpus import Corpus, DocIdsBuilder
+from adaptive_ir.data.collection import SPLIT_ORDER, Collection, assemble, wanted_splits
+from adaptive_ir.data.corpus import Corpus, DocIdsBuilder
 
 _SPLIT_ALIASES = {"train": "train", "dev": "dev", "valid": "dev", "validation": "dev", "test": "test"}
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from adaptive_ir.errors import DataError, where
+from adaptive_ir.common.errors import DataError, where
 
-from .corpus import Corpus
+from adaptive_ir.data.corpus import Corpus
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from adaptive_ir.errors import DataError
+from adaptive_ir.common.errors import DataError
 
-from .collection import Collection, assemble, wanted_splits
-from .corpus import Corpus
-from .lines import read_qrels, read_queries
-from .textfile import TextFileCorpus
+from adaptive_ir.data.collection import Collection, assemble, wanted_splits
+from adaptive_ir.data.corpus import Corpus
+from adaptive_ir.data.lines import read_qrels, read_queries
+from adaptive_ir.data.textfile import TextFileCorpus
 
 
 def load_msmarco(

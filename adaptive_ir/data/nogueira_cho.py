@@ -28,10 +28,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from adaptive_ir.errors import DataError, where
+from adaptive_ir.common.errors import DataError, where
 
-from .collection import SPLIT_ORDER, Collection
-from .corpus import CHUNK, Corpus, RowIds
+from adaptive_ir.data.collection import SPLIT_ORDER, Collection
+from adaptive_ir.data.corpus import CHUNK, Corpus, RowIds
 
 logger = logging.getLogger(__name__)
 

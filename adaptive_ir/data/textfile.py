@@ -21,10 +21,10 @@ from array import array
 from collections.abc import Iterator
 import numpy as np
 
-from adaptive_ir.errors import DataError, where
+from adaptive_ir.common.errors import DataError, where
 
-from .corpus import Corpus, DocIdsBuilder
-from .lines import PathLike, check_id, is_jsonl, json_object, json_str, numbered_lines, open_binary
+from adaptive_ir.data.corpus import Corpus, DocIdsBuilder
+from adaptive_ir.data.lines import PathLike, check_id, is_jsonl, json_object, json_str, numbered_lines, open_binary
 
 _DOC_ID_KEYS = ("_id", "id", "docno", "docid", "doc_id")
 _DOC_TEXT_KEYS = ("text", "contents", "body")

@@ -8,9 +8,9 @@ import ir_measures
 import numpy as np
 from ir_measures import AP, RR, R, nDCG
 
-from .feedback import SemanticFeedback, feedback_documents, relevance_model, rm3_queries
-from .io import atomic_write_bytes
-from .retrieval import Retriever
+from adaptive_ir.retrieval.feedback import SemanticFeedback, feedback_documents, relevance_model, rm3_queries
+from adaptive_ir.common.io import atomic_write_bytes
+from adaptive_ir.retrieval.retriever import Retriever
 
 MEASURES = [R @ 10, R @ 40, R @ 100, AP @ 40, nDCG @ 10, RR @ 10]
 """Reported measures; their names are ir-measures' own (``str(R@40) == 'R@40'``)."""

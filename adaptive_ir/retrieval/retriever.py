@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .errors import DataError
-from .index import BM25Index
-from .io import checksum_problem, file_lock, fingerprint, write_checksums
-from .progress import Progress
-from .text import Analyzer, CorpusTerms
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.retrieval.index import BM25Index
+from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
+from adaptive_ir.common.progress import Progress
+from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 
 if TYPE_CHECKING:
-    from .data import Collection
+    from adaptive_ir.data import Collection
 
 log = logging.getLogger(__name__)
 CHUNK_DOCS = 2048

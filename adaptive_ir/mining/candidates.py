@@ -52,12 +52,12 @@ import numpy as np
 import scipy.sparse as sp
 import Stemmer
 
-from . import kernels
-from .feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
-from .index import idf_lucene
-from .io import fingerprint, load_or_compute_rows, sha256
-from .progress import Progress
-from .retrieval import Retriever
+from adaptive_ir.retrieval import kernels
+from adaptive_ir.retrieval.feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
+from adaptive_ir.retrieval.index import idf_lucene
+from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
+from adaptive_ir.common.progress import Progress
+from adaptive_ir.retrieval.retriever import Retriever
 
 log = logging.getLogger(__name__)
 METHODS = ("tfidf", "bm25_contrib", "rm3")

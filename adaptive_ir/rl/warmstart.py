@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .env import ReformulationEnv, per_action
-from .hostsync import allowed_sync
-from .policy import Agent
-from .ppo import AmpContext
-from .rollout import greedy_actions
+from adaptive_ir.rl.env import ReformulationEnv, per_action
+from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.rl.rollout import greedy_actions
 
 
 @torch.no_grad()

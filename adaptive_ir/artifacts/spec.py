@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import CheckpointError
-from .policy import agent_feature_names
+from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.rl.policy import agent_feature_names
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .workspace import Workspace
+    from adaptive_ir.config import Config
+    from adaptive_ir.rl.workspace import Workspace
 
 SPEC_FORMAT = "adaptive-ir-policy/1"
 CONFIG_KEYS = ("embeddings.type", "candidate_mining.methods", "candidate_mining.stem_variants",
@@ -40,7 +40,7 @@ def _config_part(config: dict) -> dict[str, Any]:
 
 def policy_spec(cfg: "Config", ws: "Workspace") -> dict[str, Any]:
     """The spec of a policy built for ``cfg`` over ``ws`` (see the module docstring)."""
-    from .config import config_to_dict
+    from adaptive_ir.config import config_to_dict
 
     return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": ws.embedder.identity,
             "embedding_dim": ws.embedder.dim, "features": list(ws.miner.feature_names),

@@ -10,11 +10,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .index import BM25Weights, key_docs, key_scores
-from .text import CorpusTerms
+from adaptive_ir.retrieval.index import BM25Weights, key_docs, key_scores
+from adaptive_ir.retrieval.analyzer import CorpusTerms
 
 if TYPE_CHECKING:
-    from .retrieval import Retriever
+    from adaptive_ir.retrieval.retriever import Retriever
 
 
 def feedback_matrix(doc_idx: np.ndarray, doc_weight: np.ndarray, num_docs: int) -> sp.csr_matrix:

@@ -26,11 +26,11 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .buffer import RolloutBuffer
-from .env import QuerySet
-from .errors import AdaptiveIRError
-from .hostsync import allowed_sync
-from .policy import Agent
+from adaptive_ir.rl.buffer import RolloutBuffer
+from adaptive_ir.rl.env import QuerySet
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.rl.policy import Agent
 
 NAN_ADVICE = ("the loss or its gradients were not finite in {n} minibatches in a row: try --no-amp and a lower "
               "training.learning_rate (e.g. 1e-4)")
@@ -154,7 +154,7 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     the CPU, epoch elsewhere."""
     if not getattr(optimizer, "_step_supports_amp_scaling", False):
         raise TypeError("ppo_update needs an optimizer that skips steps on the device (found_inf): "
-                        "use adaptive_ir.ppo.make_optimizer (fused Adam)")
+                        "use adaptive_ir.rl.ppo.make_optimizer (fused Adam)")
     if samples < 1:
         raise ValueError("ppo_update needs at least one transition")
     n, device = samples, buf.alive.device

@@ -52,9 +52,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
 
-from .config import Config, config_to_dict, resolve_device
-from .errors import AdaptiveIRError
-from .io import atomic_write_json, fingerprint, try_lock
+from adaptive_ir.config import Config, config_to_dict, resolve_device
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.common.io import atomic_write_json, fingerprint, try_lock
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -368,7 +368,7 @@ def _new_record(cfg: Config, resume_from: Path | None, previous: dict | None,
 def git_state() -> tuple[str | None, bool | None]:
     """(commit, has uncommitted changes) of the checkout this package runs from; (None, None) when it is not one
     (an installed wheel, no git): never an error."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         top, commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
                                      capture_output=True, text=True, timeout=10, check=True).stdout.split()

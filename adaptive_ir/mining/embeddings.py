@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import AdaptiveIRError
-from .io import atomic_write_json, fingerprint, load_or_compute, sha256
-from .progress import Progress
-from .text import TOKEN_PATTERN, Analyzer, CorpusTerms
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.common.io import atomic_write_json, fingerprint, load_or_compute, sha256
+from adaptive_ir.common.progress import Progress
+from adaptive_ir.retrieval.analyzer import TOKEN_PATTERN, Analyzer, CorpusTerms
 
 if TYPE_CHECKING:
-    from .data import Collection
+    from adaptive_ir.data import Collection
 
 log = logging.getLogger(__name__)
 PROVIDERS = ("lsa", "sentence-transformers", "legacy")

@@ -15,25 +15,25 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .buffer import RolloutBuffer, compute_gae
-from .checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
+from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.artifacts.checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
                          load_policy_from, require_init_policy, save_checkpoint)
-from .config import Config, config_to_dict, resolve_device
-from .env import QuerySet, ReformulationEnv
-from .errors import AdaptiveIRError
-from .evaluate import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
-from .hostsync import allowed_sync
-from .io import atomic_write_bytes, atomic_write_json
-from .monitor import Monitor
-from .progress import duration, peak_rss_gib
-from .methods import evaluate_split
-from .ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
-from .reformulate import agent_run, make_env
-from .rollout import collect
-from .spec import data_identity, policy_spec
-from .warmstart import first_step_gains, warm_start
-from .telemetry import GPUTelemetry
-from .workspace import Tables, Workspace, seed_everything
+from adaptive_ir.config import Config, config_to_dict, resolve_device
+from adaptive_ir.rl.env import QuerySet, ReformulationEnv
+from adaptive_ir.common.errors import AdaptiveIRError
+from adaptive_ir.evaluation.metrics import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
+from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
+from adaptive_ir.training.monitor import Monitor
+from adaptive_ir.common.progress import duration, peak_rss_gib
+from adaptive_ir.evaluation.methods import evaluate_split
+from adaptive_ir.rl.ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.inference.reformulate import agent_run, make_env
+from adaptive_ir.rl.rollout import collect
+from adaptive_ir.artifacts.spec import data_identity, policy_spec
+from adaptive_ir.rl.warmstart import first_step_gains, warm_start
+from adaptive_ir.common.telemetry import GPUTelemetry
+from adaptive_ir.rl.workspace import Tables, Workspace, seed_everything
 
 log = logging.getLogger(__name__)
 GPU_SAMPLE_INTERVAL_S = 5.0

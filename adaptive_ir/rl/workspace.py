@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .candidates import CandidateMiner, CandidateSet, mine_cached
-from .config import Config
-from .data import Collection, load_collection
-from .embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
-from .env import QuerySet
-from .errors import DataError
-from .evaluate import RM3_CHUNK, rm3_expansion
-from .feedback import SemanticFeedback
-from .io import fingerprint, load_or_compute_rows, sha256
-from .progress import Phases
-from .retrieval import Retriever
-from .text import Analyzer
+from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
+from adaptive_ir.config import Config
+from adaptive_ir.data import Collection, load_collection
+from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
+from adaptive_ir.rl.env import QuerySet
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.evaluation.metrics import RM3_CHUNK, rm3_expansion
+from adaptive_ir.retrieval.feedback import SemanticFeedback
+from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
+from adaptive_ir.common.progress import Phases
+from adaptive_ir.retrieval.retriever import Retriever
+from adaptive_ir.retrieval.analyzer import Analyzer
 
 log = logging.getLogger(__name__)
 

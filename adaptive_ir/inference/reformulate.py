@@ -6,14 +6,14 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import describe_origin, load_for_inference
-from .config import Config
-from .env import QuerySet, ReformulationEnv
-from .evaluate import Run, to_run
-from .policy import Agent
-from .ppo import AmpContext
-from .rollout import greedy_rewrite
-from .workspace import Tables, Workspace
+from adaptive_ir.artifacts.checkpoint import describe_origin, load_for_inference
+from adaptive_ir.config import Config
+from adaptive_ir.rl.env import QuerySet, ReformulationEnv
+from adaptive_ir.evaluation.metrics import Run, to_run
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.rl.rollout import greedy_rewrite
+from adaptive_ir.rl.workspace import Tables, Workspace
 
 
 def make_env(cfg: Config, ws: Workspace, qs: QuerySet, scored: bool = True) -> ReformulationEnv:
@@ -94,8 +94,8 @@ class Reformulator:
         use with the policy's own settings and cached under ``runs/pretrained/<collection>``."""
         import torch
 
-        from .checkpoint import agent_from_policy, pretrained_config
-        from .config import resolve_device
+        from adaptive_ir.artifacts.checkpoint import agent_from_policy, pretrained_config
+        from adaptive_ir.config import resolve_device
 
         cfg, path, state = pretrained_config(policy, data_dir, {k.replace("__", "."): v for k, v in overrides.items()})
         cfg.system.device = device

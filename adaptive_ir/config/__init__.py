@@ -33,11 +33,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 
 import yaml
 
-from adaptive_ir.errors import ConfigError, where
+from adaptive_ir.common.errors import ConfigError, where
 
 log = logging.getLogger(__name__)
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 """The shipped configs, inside the package (a checkout's top-level ``configs/`` links here); a bare name given to
 `load_config` is looked up here."""
 
@@ -890,7 +890,7 @@ def _warn_unused(cfg: Config, origins: _Origins) -> None:
             origins.line("candidate_mining.cache_size"),
         )
     if cfg.evaluation.metrics:
-        from .evaluate import METRIC_NAMES  # only for this warning: the report's measures live there
+        from adaptive_ir.evaluation.metrics import METRIC_NAMES  # only for this warning: the report's measures live there
 
         missing = {m: ir for m in cfg.evaluation.metrics if (ir := seed_metric(m)) not in METRIC_NAMES}
         log.warning(

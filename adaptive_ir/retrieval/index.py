@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import kernels
-from .errors import DataError
-from .hostsync import allowed_sync
-from .io import atomic_write_json, atomic_save_npy
-from .progress import Progress
-from .text import CorpusTerms
+from adaptive_ir.retrieval import kernels
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.common.io import atomic_write_json, atomic_save_npy
+from adaptive_ir.common.progress import Progress
+from adaptive_ir.retrieval.analyzer import CorpusTerms
 
 IDF_VARIANTS = ("lucene", "okapi")
 SCORINGS = ("bm25s", "lucene")

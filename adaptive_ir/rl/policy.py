@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .env import QuerySet, per_action
+from adaptive_ir.rl.env import QuerySet, per_action
 
 EXTRA_FEATURES = ("chosen", "step_fraction", "cos_q0", "cos_current", "rank")
 """Features the agent adds to the miner's: chosen flag, step fraction, cosine to q0 and to the current query, and

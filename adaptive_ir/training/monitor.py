@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from .io import atomic_write_bytes
+from adaptive_ir.common.io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import kernels
-from .candidates import CandidateSet
-from .hostsync import allowed_sync
-from .index import POSITIVE_KEY, BM25Index, best_distinct, key_docs, ranking_keys
+from adaptive_ir.retrieval import kernels
+from adaptive_ir.mining.candidates import CandidateSet
+from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.retrieval.index import POSITIVE_KEY, BM25Index, best_distinct, key_docs, ranking_keys
 
 @dataclass
 class QuerySet:

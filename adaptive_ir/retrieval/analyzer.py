@@ -26,9 +26,9 @@ import numpy as np
 import scipy.sparse as sp
 from bm25s.stopwords import STOPWORDS_EN
 
-from . import lucene
-from .io import atomic_save_npy, atomic_write_bytes
-from .progress import Progress
+from adaptive_ir.retrieval import lucene
+from adaptive_ir.common.io import atomic_save_npy, atomic_write_bytes
+from adaptive_ir.common.progress import Progress
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 """bm25s' (and scikit-learn's) default token pattern: runs of two or more word characters."""

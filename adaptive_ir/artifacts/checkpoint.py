@@ -17,14 +17,14 @@ from pathlib import Path
 
 import torch
 
-from .config import Config, config_from_dict, resolve_device
-from .errors import CheckpointError, ConfigError
-from .export import SHIPPED_DIR, SPEC, WEIGHTS, read_export, shipped_policies
-from .io import atomic_write_bytes, atomic_write_json, sha256
-from .policy import Agent, agent_feature_names
-from .ppo import AmpContext
-from .spec import check_fits, data_identity, policy_spec
-from .workspace import Workspace
+from adaptive_ir.config import Config, config_from_dict, resolve_device
+from adaptive_ir.common.errors import CheckpointError, ConfigError
+from adaptive_ir.artifacts.export import SHIPPED_DIR, SPEC, WEIGHTS, read_export, shipped_policies
+from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
+from adaptive_ir.rl.policy import Agent, agent_feature_names
+from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.artifacts.spec import check_fits, data_identity, policy_spec
+from adaptive_ir.rl.workspace import Workspace
 
 CHECKPOINT_FORMAT = 1
 
@@ -116,7 +116,7 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
     (a BEIR folder; None: the embedded default collection; dev carved with PRETRAINED_SPLIT_SEED), caches under
     ``runs/pretrained/<collection>``, then the settings the policy is applied with (an export's ``apply``), then
     ``overrides`` (``--set``). The collection is indexed, mined and embedded on first use, and cached."""
-    from .config import _build, _Origins
+    from adaptive_ir.config import _build, _Origins
 
     path = policy_path(policy)
     state, _ = read_policy(path)
