@@ -131,10 +131,11 @@ def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, base
     another collection (checked by its spec, not its data)."""
     import torch
 
-    from adaptive_ir.artifacts.checkpoint import agent_from_policy, build_agent, describe_origin, load_compatible
+    from adaptive_ir.artifacts.checkpoint import agent_from_policy, describe_origin, load_compatible
+    from adaptive_ir.common.amp import AmpContext
     from adaptive_ir.config import resolve_device
     from adaptive_ir.evaluation.methods import evaluate_split
-    from adaptive_ir.rl.ppo import AmpContext
+    from adaptive_ir.rl.factory import build_agent
     from adaptive_ir.rl.workspace import Workspace
 
     device = torch.device(resolve_device(cfg.system.device))
@@ -146,12 +147,12 @@ def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, base
         origin = describe_origin(checkpoint, state)
         agent = build_agent(cfg, ws, device)
         agent.core.load_state_dict(state["model"])
-        amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
+        amp = AmpContext.of(device, cfg.training)
     elif policy is not None:
         path, state = policy
         origin = describe_origin(path, state)
         agent = agent_from_policy(path, state, cfg, ws, device)
-        amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
+        amp = AmpContext.of(device, cfg.training)
     results = evaluate_split(cfg, ws, agent, amp, split, baselines=baselines or agent is None,
                              run_dir=Path(run_dir) if run_dir else None, oracle=oracle)
     return results, ws.collection.name, origin
@@ -166,10 +167,10 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     ``apply`` in place of its own. ``apply``: settings (``SECTION.KEY`` → value, as ``--set``) the policy is applied
     with on a collection, over its training config; checked to be valid settings that leave its spec alone."""
     from adaptive_ir.artifacts.checkpoint import load_checkpoint, load_for_inference, resolve_policy
-    from adaptive_ir.config import _build, _Origins
-    from adaptive_ir.common.errors import ConfigError
     from adaptive_ir.artifacts.export import export_policy, read_export
     from adaptive_ir.artifacts.spec import data_identity, policy_spec
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.config import _build, _Origins
 
     source = resolve_policy(checkpoint)
     # an exported policy (or a shipped one's name) keeps its weights and record; only its apply settings change

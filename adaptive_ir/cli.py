@@ -247,10 +247,10 @@ def _start_run(cfg, args):
 def cmd_evaluate(args) -> int:
     from adaptive_ir.api import checkpoint_config, evaluate_config
     from adaptive_ir.artifacts.checkpoint import pretrained_config
-    from adaptive_ir.config import load_config
     from adaptive_ir.common.errors import ConfigError
-    from adaptive_ir.evaluation.metrics import format_table
     from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
+    from adaptive_ir.config import load_config
+    from adaptive_ir.evaluation.metrics import format_table
 
     policy = None
     if args.policy is not None:
@@ -280,9 +280,9 @@ def cmd_evaluate(args) -> int:
 def cmd_compare(args) -> int:
     import signal
 
+    from adaptive_ir.common.errors import ConfigError
     from adaptive_ir.compare import CompareInterrupted, compare, parse_seeds
     from adaptive_ir.config import load_config
-    from adaptive_ir.common.errors import ConfigError
 
     seeds = parse_seeds(args.seeds)
     if args.permutations < 1:

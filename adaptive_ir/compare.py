@@ -29,17 +29,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adaptive_ir.config import Config, config_from_dict, config_to_dict, resolve_device
+from adaptive_ir.artifacts.checkpoint import init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import CheckpointError, ConfigError
-from adaptive_ir.evaluation.metrics import METRIC_NAMES, per_query
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
+from adaptive_ir.config import Config, config_from_dict, config_to_dict, resolve_device
 from adaptive_ir.evaluation.methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
-from adaptive_ir.rl.ppo import AmpContext
+from adaptive_ir.evaluation.metrics import METRIC_NAMES, per_query
 from adaptive_ir.evaluation.stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
-from adaptive_ir.artifacts.checkpoint import build_agent, init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
+from adaptive_ir.rl.factory import build_agent
+from adaptive_ir.rl.workspace import Workspace
 from adaptive_ir.training.rundir import start_run
 from adaptive_ir.training.trainer import Trainer
-from adaptive_ir.rl.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def seed_agent(cfg: Config, trainer: Trainer | None, split: str, progress: bool)
         device = torch.device(resolve_device(cfg.system.device))
         ws = Workspace(cfg, device, progress=progress, splits=(split,))
         agent = build_agent(cfg, ws, device)
-        amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
+        amp = AmpContext.of(device, cfg.training)
     agent.core.load_state_dict(load_compatible(best, cfg, ws)["model"])
     return ws, agent, amp
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 
+import _common as common
 import torch
 
-from adaptive_ir.rl.buffer import RolloutBuffer
 from adaptive_ir.config import load_config
-
-import _common as common
+from adaptive_ir.rl.buffer import RolloutBuffer
 
 SEED_TRANSITIONS = 50_000
 

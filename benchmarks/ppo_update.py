@@ -23,16 +23,15 @@ import resource
 import sys
 import time
 
+import _common as common
 import torch
 
+from adaptive_ir.common.amp import AmpContext, Autocast, native_bf16
 from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.rl.ppo import AmpContext, Autocast, PPOSettings, make_optimizer, native_bf16, ppo_update
-from adaptive_ir.inference.reformulate import make_env
+from adaptive_ir.rl.factory import build_agent, make_env
+from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect
-from adaptive_ir.artifacts.checkpoint import build_agent
 from adaptive_ir.training.trainer import DATA_PARALLEL_MIN_BATCH
-
-import _common as common
 
 
 def rss_bytes() -> int:
@@ -59,7 +58,7 @@ def data_parallel_overhead(agent, qs, buf, device: torch.device, amp: AmpContext
         for name, runner in (("bare", agent.core), ("data_parallel", wrapped)):
             object.__setattr__(agent, "_runner", runner)
 
-            def forward_backward():
+            def forward_backward(ep=ep, chosen=chosen, step=step):
                 with amp.autocast():
                     logits, values = agent(ep, chosen, step, parallel=True)
                 (logits.float().logsumexp(1).mean() + values.float().mean()).backward()
@@ -117,7 +116,8 @@ def main() -> None:
         agent.load_state_dict(start)
         optimizer = make_optimizer(agent.parameters(), tc.learning_rate)
         gen = torch.Generator(device).manual_seed(args.seed)
-        update = lambda: ppo_update(agent, optimizer, amp, buf, qs, adv, ret, settings, gen, transitions)  # noqa: E731
+        update = lambda optimizer=optimizer, amp=amp, gen=gen: ppo_update(  # noqa: E731
+            agent, optimizer, amp, buf, qs, adv, ret, settings, gen, transitions)
         update()  # warm-up (kernels, Adam state)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)

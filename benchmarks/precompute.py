@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import _common as common
+
 from adaptive_ir.config import load_config
 from adaptive_ir.rl.workspace import Workspace
 

@@ -23,16 +23,14 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
+import _common as common
 import torch
 
 import adaptive_ir.rl.rollout as rollout_module
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.rl.buffer import RolloutBuffer
-from adaptive_ir.rl.ppo import AmpContext
-from adaptive_ir.inference.reformulate import make_env
+from adaptive_ir.rl.factory import build_agent, make_env
 from adaptive_ir.rl.rollout import collect
-from adaptive_ir.artifacts.checkpoint import build_agent
-
-import _common as common
 
 
 class Profile:

@@ -50,9 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common as common  # first: adaptive_ir keeps JAX, which bm25s calls on import, off the GPU
+import numpy as np
 from bm25s.stopwords import STOPWORDS_EN as STOPWORDS
 
 DEFAULT_SIZES = "10000,100000,1000000"
@@ -257,12 +256,11 @@ class _RandomEmbedder:
 
 def worker_rollout(args) -> dict:
     import torch
+    from rollout import run_episodes
 
     import adaptive_ir.rl.workspace as workspace_module
-    from adaptive_ir.rl.ppo import AmpContext
-    from adaptive_ir.inference.reformulate import make_env
-    from adaptive_ir.training.trainer import build_agent
-    from rollout import run_episodes
+    from adaptive_ir.common.amp import AmpContext
+    from adaptive_ir.rl.factory import build_agent, make_env
 
     device = common.setup(args)
     workspace_module.make_embedder = lambda kind, path, corpus, analyzer, dim, *a, **k: _RandomEmbedder(dim)

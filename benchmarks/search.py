@@ -18,15 +18,14 @@ from __future__ import annotations
 import os
 import time
 
+import _common as common
+import bm25s  # after adaptive_ir, which keeps JAX (bm25s calls it on import) off the GPU
 import numpy as np
 import torch
 from rank_bm25 import BM25Okapi
 
-from adaptive_ir.retrieval.index import BM25Index
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
-import bm25s  # after adaptive_ir, which keeps JAX (bm25s calls it on import) off the GPU
-
-import _common as common
+from adaptive_ir.retrieval.index import BM25Index
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:

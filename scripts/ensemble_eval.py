@@ -23,10 +23,10 @@ import torch
 from torch import nn
 
 from adaptive_ir.artifacts.checkpoint import agent_from_policy, policy_path, pretrained_config, read_policy
+from adaptive_ir.artifacts.spec import check_fits, policy_spec
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.evaluation.methods import evaluate_split
-from adaptive_ir.rl.ppo import AmpContext
-from adaptive_ir.artifacts.spec import check_fits, policy_spec
 from adaptive_ir.rl.workspace import Workspace
 
 
@@ -81,7 +81,7 @@ def evaluate_ensemble(args: argparse.Namespace) -> dict[str, float]:
     ensemble = MeanProbabilities(cores).eval()
     agent.core = ensemble
     object.__setattr__(agent, "_local", ensemble)  # the rollout's forward (see Agent.compile_local)
-    amp = AmpContext(device, cfg.training.use_amp, cfg.training.amp_dtype)
+    amp = AmpContext.of(device, cfg.training)
     results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=False,
                              run_dir=Path(args.run_dir) if args.run_dir else None)
     print(json.dumps({"members": [str(path), *args.member], "split": args.split, **results["agent"]}))

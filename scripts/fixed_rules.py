@@ -24,8 +24,8 @@ import torch
 
 from adaptive_ir.cli import _overrides
 from adaptive_ir.config import load_config
-from adaptive_ir.evaluation.metrics import drop_excluded, evaluate_run, mean_per_query, per_query
 from adaptive_ir.evaluation.methods import rule_runs
+from adaptive_ir.evaluation.metrics import drop_excluded, evaluate_run, mean_per_query, per_query
 from adaptive_ir.evaluation.stats import paired
 from adaptive_ir.rl.workspace import Workspace
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from adaptive_ir.artifacts.checkpoint import agent_from_policy, load_for_inference, pretrained_config
-from adaptive_ir.inference.reformulate import make_env
+from adaptive_ir.rl.factory import make_env
 from adaptive_ir.rl.rollout import greedy_actions, step_counters
 from adaptive_ir.rl.workspace import Workspace
 

@@ -4,8 +4,8 @@ and small, fast configs on the embedded default collection."""
 from __future__ import annotations
 
 import functools
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -40,12 +40,12 @@ def beir(name: str, seed: int = 42, dev_fraction: float = 0.2) -> Collection:
     return _beir(name, seed, dev_fraction)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _beir(name: str, seed: int, dev_fraction: float) -> Collection:
     return load_beir(SHARED / name, dev_fraction=dev_fraction, seed=seed)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_collection(seed: int = 42) -> Collection:
     """The embedded default collection (deterministic; shared read-only by the tests of one session)."""
     return make_default(seed)
@@ -88,8 +88,8 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     import numpy as np
 
     from adaptive_ir.mining.candidates import CandidateMiner
-    from adaptive_ir.rl.env import QuerySet
     from adaptive_ir.retrieval.retriever import Retriever
+    from adaptive_ir.rl.env import QuerySet
 
     coll = default_collection()
     qids, texts, qrels = coll.split("train")
@@ -102,7 +102,7 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     rows = np.where(cands.valid, np.arange(cands.terms.size).reshape(cands.terms.shape), cands.terms.size)
     start_terms, start_weights = terms, None
     if start == "rm3":
-        from adaptive_ir.evaluation.metrics import rm3_expansion
+        from adaptive_ir.retrieval.rm3 import rm3_expansion
 
         start_terms, start_weights = rm3_expansion(retriever, terms, fb_docs=5, unit_query=True)
     qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels,

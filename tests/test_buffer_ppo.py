@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import default_collection, query_world, tiny_config
 
+from adaptive_ir.common.amp import AmpContext, native_bf16
+from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
 from adaptive_ir.rl.env import ReformulationEnv
-from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, native_bf16, ppo_update
+from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect
 from adaptive_ir.training.trainer import Trainer
-
-from helpers import default_collection, query_world, tiny_config
 
 CPU_FP32 = AmpContext(torch.device("cpu"), False)
 

@@ -12,16 +12,21 @@ import numpy as np
 import pytest
 import torch
 from bm25s.stopwords import STOPWORDS_EN
+from helpers import TINY_DOCS, query_world
 
-from adaptive_ir.mining.candidates import QUERY_FEATURES, mine_cached
-from adaptive_ir.mining.embeddings import (CORPUS_CHUNK_DOCS, EmbeddingCache, LegacyWord2VecEmbedder, LSAEmbedder,
-                                   SentenceTransformerEmbedder, encode_corpus)
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.io import fingerprint
-from adaptive_ir.rl.env import QuerySet, ReformulationEnv
+from adaptive_ir.mining.candidates import QUERY_FEATURES, mine_cached
+from adaptive_ir.mining.embeddings import (
+    CORPUS_CHUNK_DOCS,
+    EmbeddingCache,
+    LegacyWord2VecEmbedder,
+    LSAEmbedder,
+    SentenceTransformerEmbedder,
+    encode_corpus,
+)
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
-
-from helpers import TINY_DOCS, query_world
+from adaptive_ir.rl.env import QuerySet, ReformulationEnv
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +56,7 @@ def test_candidates_contents_and_features(world):
         assert (f[m:] == 0).all()
         ratio = miner.feature_names.index("fb_df_ratio")  # a log ratio over log N: below 0 for a common term
         assert ((f[:m] >= -1) & (f[:m] <= 1 + 1e-6)).all()
-        assert ((np.delete(f[:m], ratio, 1) >= 0)).all()
+        assert (np.delete(f[:m], ratio, 1) >= 0).all()
         n_methods = len(miner.methods)
         np.testing.assert_allclose(f[:m, n_methods], f[:m, :n_methods].mean(1), rtol=1e-6)
         assert (np.diff(f[:m, n_methods]) <= 1e-7).all()  # ranked by the mean score
@@ -345,9 +350,9 @@ def test_the_rm3_start_is_computed_once_then_loaded_exactly(tmp_path, monkeypatc
     # retrieval.start = rm3 costs a feedback search and RM1 per query (minutes at 100k+ train queries): cached like
     # the candidates, loaded bit for bit, recomputed when the entry is damaged or the queries change, and never
     # stored for one-off queries
-    from adaptive_ir.rl import workspace as wsmod
     from adaptive_ir.config import load_config
-    from adaptive_ir.evaluation.metrics import rm3_expansion
+    from adaptive_ir.retrieval.rm3 import rm3_expansion
+    from adaptive_ir.rl import workspace as wsmod
 
     cfg = load_config("quickstart", {"training.output_dir": str(tmp_path), "retrieval.start": "rm3"})
     ws = wsmod.Workspace(cfg, torch.device("cpu"), progress=False, splits=("train", "dev"))
@@ -428,7 +433,7 @@ def test_legacy_word2vec_pickle(tmp_path):
     table = {b"fox": np.array([1.0, 0.0, 0.0]), "Dog": [0.0, 3.0, 0.0], "cat": np.array([0.0, 0.0, 2.0]),
              "Apple": [1.0, 1.0, 0.0], "apple": [0.0, 1.0, 1.0],
              # a Python 2 byte-string key (UTF-8 'café') unpickles as latin-1 mojibake 'cafÃ©'
-             "café".encode("utf-8"): [0.0, 0.0, 5.0]}
+             "café".encode(): [0.0, 0.0, 5.0]}
     path = tmp_path / "w2v.pkl"
     path.write_bytes(pickle.dumps(table, protocol=2))
     emb = LegacyWord2VecEmbedder(str(path), Analyzer())
@@ -532,7 +537,7 @@ def test_miner_with_semantic_feedback_mines_the_reranked_documents():
 class HashingModel:
     """A stand-in for a sentence-transformers model: a seeded random vector per word, averaged (no model files)."""
 
-    instances: list["HashingModel"] = []
+    instances: list[HashingModel] = []
 
     def __init__(self, path=None, batch_size=256, device="cpu", key="embeddings.path"):
         self.identity, self.dim, self.calls = {"provider": "hashing", "path": path}, 8, []
@@ -549,8 +554,8 @@ class HashingModel:
 
 
 def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatch):
-    from adaptive_ir.rl import workspace as wsmod
     from adaptive_ir.config import load_config
+    from adaptive_ir.rl import workspace as wsmod
 
     monkeypatch.setattr(wsmod, "SentenceTransformerEmbedder", HashingModel)
     HashingModel.instances.clear()

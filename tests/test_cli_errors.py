@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adaptive_ir.artifacts.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from adaptive_ir.cli import main
+from adaptive_ir.common.errors import AdaptiveIRError, CheckpointError
 from adaptive_ir.config import load_config
 from adaptive_ir.data import load_msmarco, load_trec
-from adaptive_ir.common.errors import AdaptiveIRError, CheckpointError
-from adaptive_ir.artifacts.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 
 DOCS = [{"_id": f"d{i}", "title": f"title {i}", "text": f"alpha beta gamma{i}"} for i in range(1, 9)]
 QUERIES = {f"q{i}": f"gamma{i} alpha" for i in range(1, 9)}

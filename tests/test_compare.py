@@ -9,16 +9,15 @@ import json
 import ir_measures
 import numpy as np
 import pytest
+from helpers import tiny_config
 
 from adaptive_ir import compare as cmp
-from adaptive_ir.evaluation import stats
 from adaptive_ir.cli import main
-from adaptive_ir.data import make_default
 from adaptive_ir.common.errors import ConfigError
+from adaptive_ir.data import make_default
+from adaptive_ir.evaluation import stats
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, bm25_run, evaluate_run, per_query
 from adaptive_ir.retrieval.retriever import Retriever
-
-from helpers import tiny_config
 
 SEEDS = [1, 2]
 PERMUTATIONS = 2000
@@ -240,8 +239,8 @@ def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_th
     # with BM25 feedback, the fixed rule over the agent's inputs is RM3 over BM25's top top_k0; at 10 it is rm3
     import torch
 
-    from adaptive_ir.evaluation.metrics import rm3_run
     from adaptive_ir.evaluation.methods import split_runs
+    from adaptive_ir.evaluation.metrics import rm3_run
     from adaptive_ir.rl.workspace import Workspace
 
     cfg = tiny_config(tmp_path, **{"candidate_mining.feedback": "bm25", "candidate_mining.top_k0": top_k0})

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import query_world
 
 from adaptive_ir.rl.env import ReformulationEnv
 from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.rollout import step_counters
-
-from helpers import query_world
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +72,9 @@ def test_env_step_is_one_graph(world, mix):
 
 
 def test_config_switch_compiles_the_rollout(tmp_path, monkeypatch):
-    from adaptive_ir.training.trainer import Trainer
-
     from helpers import default_collection, tiny_config
+
+    from adaptive_ir.training.trainer import Trainer
 
     calls = []
     real = torch.compile

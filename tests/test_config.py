@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from adaptive_ir.artifacts.spec import _config_part
+from adaptive_ir.common.errors import ConfigError
 from adaptive_ir.config import (
     CONFIG_DIR,
     Config,
@@ -19,7 +20,6 @@ from adaptive_ir.config import (
     load_config,
     resolve_device,
 )
-from adaptive_ir.common.errors import ConfigError
 
 SEED = CONFIG_DIR / "msa_optimized_gpu.yaml"
 
@@ -507,9 +507,9 @@ def test_expansion_weights_are_the_action_space_and_may_not_repeat():
 
 
 def test_unknown_ignored_feature_is_named_with_the_valid_ones(tmp_path):
-    from adaptive_ir.training.trainer import Trainer
-
     from helpers import tiny_config
+
+    from adaptive_ir.training.trainer import Trainer
 
     cfg = tiny_config(tmp_path, **{"rl_agent.ignore_features": "[cooc_mean, no_such_feature]"})
     with pytest.raises(ConfigError, match=r"rl_agent.ignore_features: \['no_such_feature'\] not among.*z:cooc_mean"):

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import default_collection, query_world, tiny_config
 
+from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.common.hostsync import cuda_sync_sites
 from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
 from adaptive_ir.rl.env import ReformulationEnv
-from adaptive_ir.common.hostsync import cuda_sync_sites
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect, policy_step, step_counters
 from adaptive_ir.training.trainer import Trainer
-
-from helpers import default_collection, query_world, tiny_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adaptive_ir.common.errors import AdaptiveIRError, DataError
 from adaptive_ir.data import (
     Collection,
     MemoryCorpus,
@@ -35,7 +36,6 @@ from adaptive_ir.data import (
     natural_key,
 )
 from adaptive_ir.data.lines import read_queries
-from adaptive_ir.common.errors import AdaptiveIRError, DataError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 

@@ -13,11 +13,11 @@ import zipfile
 import numpy as np
 import pytest
 
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.data import textfile
 from adaptive_ir.data.corpus import DocIds, MemoryCorpus
 from adaptive_ir.data.lines import ZipPath
-from adaptive_ir.data import textfile
 from adaptive_ir.data.textfile import TextFileCorpus
-from adaptive_ir.common.errors import DataError
 
 N = 300
 

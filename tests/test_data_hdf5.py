@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from adaptive_ir.common.errors import DataError
 from adaptive_ir.config import load_config
 from adaptive_ir.data import HDF5Corpus, load_collection, load_hdf5
-from adaptive_ir.rl.env import ReformulationEnv
-from adaptive_ir.common.errors import DataError
 from adaptive_ir.evaluation.metrics import bm25_run, drop_excluded, evaluate_run
 from adaptive_ir.retrieval.retriever import Retriever
+from adaptive_ir.rl.env import ReformulationEnv
 
 VSTR = h5py.string_dtype("utf-8")
 

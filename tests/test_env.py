@@ -9,19 +9,17 @@ tensor code), which give the same floats.
 
 from __future__ import annotations
 
-
 import bm25s
 import numpy as np
 import pytest
 import torch
-
-from adaptive_ir.rl.env import Judgements, QuerySet, ReformulationEnv
-from adaptive_ir.retrieval.index import key_docs, key_scores, ranking_keys
-from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext
-from adaptive_ir.rl.rollout import policy_step, step_counters
-
 from helpers import default_collection, query_world, reference_metric, reference_topk, relevant_sets
+
+from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.retrieval.index import key_docs, key_scores, ranking_keys
+from adaptive_ir.rl.env import Judgements, QuerySet, ReformulationEnv
+from adaptive_ir.rl.policy import Agent
+from adaptive_ir.rl.rollout import policy_step, step_counters
 
 NUM_QUERIES = 24
 K = 40
@@ -350,8 +348,8 @@ def test_kept_rankings_equal_a_search_from_scratch_in_both_modes(world, mix, wei
 def tie_world():
     """A corpus where every document appears three times (equal scores everywhere: ties decided by position),
     with qrels on some of the copies."""
-    from adaptive_ir.mining.candidates import CandidateMiner
     from adaptive_ir.data import Collection, MemoryCorpus
+    from adaptive_ir.mining.candidates import CandidateMiner
     from adaptive_ir.retrieval.retriever import Retriever
 
     texts = [t for t in default_collection().doc_texts()[:300] for _ in range(3)]

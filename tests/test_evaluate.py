@@ -7,14 +7,24 @@ from __future__ import annotations
 import ir_measures
 import numpy as np
 import pytest
+from helpers import TINY_DOCS, beir
 
 from adaptive_ir.data import Collection, MemoryCorpus
-from adaptive_ir.evaluation.metrics import (MEASURES, METRIC_NAMES, bm25_run, evaluate_run, format_table, per_query,
-                                  read_trec_run, rm3_expansion, rm3_run, to_run, write_trec_run)
+from adaptive_ir.evaluation.metrics import (
+    MEASURES,
+    METRIC_NAMES,
+    bm25_run,
+    evaluate_run,
+    format_table,
+    per_query,
+    read_trec_run,
+    rm3_expansion,
+    rm3_run,
+    to_run,
+    write_trec_run,
+)
 from adaptive_ir.retrieval.feedback import SemanticFeedback, relevance_model, rm3_queries
 from adaptive_ir.retrieval.retriever import Retriever
-
-from helpers import TINY_DOCS, beir
 
 # q1: relevant d1, d3, d5 retrieved at ranks 1, 3, 12; q2: d8 is judged non-relevant (grade 0) and ranked first,
 # the one relevant doc d2 second; q3 is judged but absent from the run (it must count as 0, not be dropped).

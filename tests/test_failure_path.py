@@ -10,20 +10,22 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from adaptive_ir.rl import ppo as ppo_module
-from adaptive_ir.training import trainer as trainer_module
-from adaptive_ir.artifacts.checkpoint import load_checkpoint
-from adaptive_ir.data import make_default
-from adaptive_ir.common.io import file_lock
-from adaptive_ir.training.monitor import read_metrics
-from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
-from adaptive_ir.retrieval.retriever import Retriever, index_folder
-from adaptive_ir.training.trainer import Trainer
-
 from helpers import default_collection, tiny_config
-from test_sync_free import agent_env_buffer
-from test_sync_free import world  # noqa: F401 - a fixture
+from test_sync_free import (
+    agent_env_buffer,
+    world,  # noqa: F401 - a fixture
+)
+
+from adaptive_ir.artifacts.checkpoint import load_checkpoint
+from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.common.io import file_lock
+from adaptive_ir.data import make_default
+from adaptive_ir.retrieval.retriever import Retriever, index_folder
+from adaptive_ir.rl import ppo as ppo_module
+from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.training import trainer as trainer_module
+from adaptive_ir.training.monitor import read_metrics
+from adaptive_ir.training.trainer import Trainer
 
 VOLATILE = {"charts/SPS", "charts/episodes_per_s"}
 RUN = {"training.num_epochs": 4, "training.save_freq": 2, "training.log_freq": 1, "training.eval_every": 2}
@@ -202,7 +204,7 @@ def test_minibatches_after_a_kl_stop_are_not_run(world, monkeypatch):  # noqa: F
     cpu = kl_stopped_update(world, monkeypatch, "minibatch")
     gpu = kl_stopped_update(world, monkeypatch, "epoch")
     assert (cpu[0], gpu[0]) == (2, 4)  # 12 before: every minibatch of every epoch ran, masked
-    for forwards, stats, opt, params, gen_state, samples in (cpu, gpu):
+    for _forwards, stats, opt, _params, gen_state, samples in (cpu, gpu):
         assert stats["minibatches"] == 2 and all(st["step"] == 2 for st in opt.state.values())
         expected = torch.Generator().manual_seed(3)
         for _ in range(3):

@@ -7,13 +7,12 @@ import bm25s
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_DOCS, TINY_QUERIES, beir
 from rank_bm25 import BM25Okapi
 
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.retrieval.index import BM25Index
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
-
-from helpers import TINY_DOCS, TINY_QUERIES, beir
+from adaptive_ir.retrieval.index import BM25Index
 
 K1, B = 1.5, 0.75
 
@@ -205,8 +204,8 @@ def assert_same_as_bm25s(ours: np.ndarray, theirs: np.ndarray) -> None:
 @pytest.mark.parametrize("chunk,chars,block", [(1, 1 << 20, 1), (2, 1 << 20, 3), (3, 1 << 20, 1 << 20),
                                                 (100, 40, 7), (100, 1, 1 << 20)])
 def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, block, monkeypatch):
-    import adaptive_ir.retrieval.index as index_module
     import adaptive_ir.retrieval.analyzer as text_module
+    import adaptive_ir.retrieval.index as index_module
 
     texts = MIXED_DOCS + TINY_DOCS
     analyzer = Analyzer()

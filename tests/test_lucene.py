@@ -11,16 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import Stemmer
+from helpers import beir
 
 from adaptive_ir.config import ConfigError, load_config
 from adaptive_ir.data import Collection, MemoryCorpus
 from adaptive_ir.evaluation.metrics import R, bm25_run, evaluate_run, nDCG
+from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 from adaptive_ir.retrieval.index import LENGTH_TABLE, BM25Index, LuceneWeights, length_norm_byte
 from adaptive_ir.retrieval.lucene import porter_stem, standard_tokens
 from adaptive_ir.retrieval.retriever import Retriever, index_folder
-from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
-
-from helpers import beir
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "lucene_english.json").read_text(encoding="utf-8"))
 """Lucene 9.9.1's outputs (tests/data/LuceneDump.java): texts with their tokens unstemmed ("words") and stemmed,

@@ -8,11 +8,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import adaptive_ir
 from adaptive_ir.cli import main

@@ -17,17 +17,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import default_collection, tiny_config
 from torch import nn
 
 import adaptive_ir.training.trainer as trainer_mod
 from adaptive_ir import cli
 from adaptive_ir.artifacts.checkpoint import load_checkpoint
-from adaptive_ir.training.monitor import read_metrics
-from adaptive_ir.rl.ppo import AmpContext, Autocast
+from adaptive_ir.common.amp import AmpContext, Autocast
 from adaptive_ir.common.telemetry import GPUTelemetry, discover_devices, sample
+from adaptive_ir.training.monitor import read_metrics
 from adaptive_ir.training.trainer import Trainer, parallel_wrapper
-
-from helpers import default_collection, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,14 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from adaptive_ir.api import evaluate_pretrained
-from adaptive_ir.cli import main
-from adaptive_ir.artifacts.export import SHIPPED_DIR
-from adaptive_ir.inference.reformulate import Reformulator
-
 from test_cli_errors import assert_clean_error, run_cli
 from test_reliability import write_beir_from_default
+
+from adaptive_ir.api import evaluate_pretrained
+from adaptive_ir.artifacts.export import SHIPPED_DIR
+from adaptive_ir.cli import main
+from adaptive_ir.inference.reformulate import Reformulator
 
 POLICY = "nfcorpus-seed-1"
 FAST = ["--set", "candidate_mining.feedback=bm25"]

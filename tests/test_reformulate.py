@@ -6,17 +6,18 @@ import json
 
 import pytest
 import torch
-
-from adaptive_ir.retrieval import kernels
-from adaptive_ir.cli import main
-from adaptive_ir.evaluation.oracle import oracle_rewrite
-from adaptive_ir.inference.reformulate import Reformulator, agent_run, make_env, rrf
-from adaptive_ir.rl.rollout import greedy_actions, greedy_rewrite
-from adaptive_ir.evaluation.methods import evaluate_split
-from adaptive_ir.training.trainer import Trainer
-from adaptive_ir.rl.workspace import Workspace
-
 from helpers import default_collection, reference_metric, reference_topk, relevant_sets, tiny_config
+
+from adaptive_ir.cli import main
+from adaptive_ir.evaluation.agent import agent_run, rrf
+from adaptive_ir.evaluation.methods import evaluate_split
+from adaptive_ir.evaluation.oracle import oracle_rewrite
+from adaptive_ir.inference.reformulate import Reformulator
+from adaptive_ir.retrieval import kernels
+from adaptive_ir.rl.factory import make_env
+from adaptive_ir.rl.rollout import greedy_actions, greedy_rewrite
+from adaptive_ir.rl.workspace import Workspace
+from adaptive_ir.training.trainer import Trainer
 
 
 def test_rrf_matches_hand_computation():
@@ -108,7 +109,7 @@ def test_a_rewrite_started_from_rm3_shows_and_searches_the_rm3_terms(trained):
     # added, and its Lucene query carries them at their weights (the query's words at 1 or more)
     import dataclasses
 
-    from adaptive_ir.evaluation.metrics import rm3_expansion
+    from adaptive_ir.retrieval.rm3 import rm3_expansion
 
     cfg, trainer = trained
     cfg = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, start="rm3"))

@@ -20,19 +20,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_ARGS as TINY
 
-from adaptive_ir.common import io as aio
 from adaptive_ir.artifacts.checkpoint import load_checkpoint, save_checkpoint
 from adaptive_ir.cli import main
+from adaptive_ir.common import io as aio
+from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.config import load_config
 from adaptive_ir.data import make_default
 from adaptive_ir.mining.embeddings import EmbeddingCache
-from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.rl.workspace import Workspace
 from adaptive_ir.training.monitor import read_metrics
 from adaptive_ir.training.trainer import Trainer
-from adaptive_ir.rl.workspace import Workspace
-
-from helpers import TINY_ARGS as TINY
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 5

@@ -19,15 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TINY_ARGS
 
-from adaptive_ir.common import io as aio
 from adaptive_ir.artifacts.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
+from adaptive_ir.common import io as aio
 from adaptive_ir.config import load_config
 from adaptive_ir.training.monitor import read_metrics
 from adaptive_ir.training.rundir import config_fingerprint, start_run
-
-from helpers import TINY_ARGS
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}

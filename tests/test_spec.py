@@ -10,19 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from adaptive_ir.mining.candidates import QUERY_FEATURES
-from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_policy
-from adaptive_ir.cli import main
-from adaptive_ir.config import config_to_dict, load_config
-from adaptive_ir.common.errors import CheckpointError
-from adaptive_ir.artifacts.export import SHIPPED_DIR, read_export, shipped_policies
-from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits
-from adaptive_ir.training.trainer import Trainer
-
 from helpers import tiny_config
 from test_cli_errors import assert_clean_error, run_cli
 from test_reliability import write_beir_from_default
+
+from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_policy
+from adaptive_ir.artifacts.export import SHIPPED_DIR, read_export, shipped_policies
+from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits
+from adaptive_ir.cli import main
+from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.config import config_to_dict, load_config
+from adaptive_ir.mining.candidates import QUERY_FEATURES
+from adaptive_ir.training.trainer import Trainer
 
 TINY_SET = ["--set", "data.max_train_queries=64", "--set", "rl_agent.hidden_dim=32", "--set", "rl_agent.num_heads=2",
             "--device", "cpu", "--no-progress"]

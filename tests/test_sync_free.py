@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import query_world
 
+from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.common.hostsync import HostSyncError, SyncDetector, allowed_sync
 from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
 from adaptive_ir.rl.env import ReformulationEnv
-from adaptive_ir.common.hostsync import HostSyncError, SyncDetector, allowed_sync
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext, PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect, greedy_rewrite
-
-from helpers import query_world
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import torch
+from helpers import collection_as_beir, default_collection, tiny_config
 
 from adaptive_ir.artifacts.checkpoint import load_checkpoint
 from adaptive_ir.cli import main
@@ -15,8 +16,6 @@ from adaptive_ir.common.errors import CheckpointError, ConfigError
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, bm25_run, evaluate_run
 from adaptive_ir.training.monitor import Monitor, read_metrics
 from adaptive_ir.training.trainer import Trainer
-
-from helpers import collection_as_beir, default_collection, tiny_config
 
 # wall-clock rates differ between runs that compute the same thing
 VOLATILE = {"charts/SPS", "charts/episodes_per_s"}

@@ -17,31 +17,17 @@ from pathlib import Path
 
 import torch
 
-from adaptive_ir.config import Config, config_from_dict, resolve_device
-from adaptive_ir.common.errors import CheckpointError, ConfigError
 from adaptive_ir.artifacts.export import SHIPPED_DIR, SPEC, WEIGHTS, read_export, shipped_policies
-from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
-from adaptive_ir.rl.policy import Agent, agent_feature_names
-from adaptive_ir.rl.ppo import AmpContext
 from adaptive_ir.artifacts.spec import check_fits, data_identity, policy_spec
+from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
+from adaptive_ir.config import Config, config_from_dict, resolve_device
+from adaptive_ir.rl.factory import build_agent
+from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.workspace import Workspace
 
 CHECKPOINT_FORMAT = 1
-
-
-def build_agent(cfg: Config, ws: Workspace, device: torch.device) -> Agent:
-    a = cfg.rl_agent
-    names = agent_feature_names(ws.miner.feature_names)
-    unknown = [n for n in a.ignore_features if n not in names]
-    if unknown:
-        raise ConfigError(f"rl_agent.ignore_features: {unknown} not among the policy's inputs for this config: "
-                          f"{', '.join(names)}")
-    mask = torch.tensor([n not in a.ignore_features for n in names])
-    levels = len(cfg.retrieval.levels)
-    agent = Agent(ws.embedder.dim, ws.feature_dim, a.max_steps_per_episode, a.hidden_dim, a.num_heads,
-                  a.num_layers, levels, mask)
-    agent.core.init_stop_prior(cfg.candidate_mining.max_candidates * levels)
-    return agent.to(device)
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
@@ -235,4 +221,4 @@ def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: s
     agent = build_agent(cfg, ws, dev)
     agent.core.load_state_dict(state["model"])
     agent.eval()
-    return cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype), state
+    return cfg, ws, agent, AmpContext.of(dev, cfg.training), state

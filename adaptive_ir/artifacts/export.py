@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from adaptive_ir.artifacts.spec import SPEC_FORMAT
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
-from adaptive_ir.artifacts.spec import SPEC_FORMAT
 
 WEIGHTS, SPEC, CARD = "policy.safetensors", "policy.json", "README.md"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies"

@@ -38,7 +38,7 @@ def _config_part(config: dict) -> dict[str, Any]:
     return {key: config[key.split(".")[0]].get(key.split(".")[1]) for key in CONFIG_KEYS}
 
 
-def policy_spec(cfg: "Config", ws: "Workspace") -> dict[str, Any]:
+def policy_spec(cfg: Config, ws: Workspace) -> dict[str, Any]:
     """The spec of a policy built for ``cfg`` over ``ws`` (see the module docstring)."""
     from adaptive_ir.config import config_to_dict
 
@@ -47,7 +47,7 @@ def policy_spec(cfg: "Config", ws: "Workspace") -> dict[str, Any]:
             "agent_features": agent_feature_names(ws.miner.feature_names), "levels": list(cfg.retrieval.levels)}
 
 
-def data_identity(ws: "Workspace") -> dict[str, str]:
+def data_identity(ws: Workspace) -> dict[str, str]:
     """The identity of the collection ``ws`` indexes: corpus sha256 and analyzer, from the index's own meta."""
     meta = ws.retriever.index.meta
     return {key: meta[key] for key in DATA_KEYS}

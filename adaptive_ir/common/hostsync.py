@@ -72,7 +72,7 @@ class SyncDetector:
         if self.raise_on_sync:
             raise HostSyncError(f"host-device synchronisation: {name}")
 
-    def __enter__(self) -> "SyncDetector":
+    def __enter__(self) -> SyncDetector:
         for m in self._modes:
             m.__enter__()
         return self

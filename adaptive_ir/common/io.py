@@ -228,7 +228,7 @@ def load_or_compute_rows(folder: str | Path, meta: dict, rows: int, part_rows: i
         for lo in range(0, rows, part_rows):
             hi = min(rows, lo + part_rows)
             part, hit = load_or_compute(folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]},
-                                        lambda: compute(lo, hi), f"{what}, rows {lo}-{hi}")
+                                        lambda lo=lo, hi=hi: compute(lo, hi), f"{what}, rows {lo}-{hi}")
             resumed += (hi - lo) * hit
             parts.append(part)
         if resumed:

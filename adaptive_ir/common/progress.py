@@ -55,7 +55,7 @@ class Progress:
     def close(self) -> None:
         self.bar.close()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> bool:

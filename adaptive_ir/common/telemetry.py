@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch
 
+
 class GPUDevice(Protocol):
     """The part of ``nvitop.Device`` sampled here (numbers, or nvitop's NA string when unsupported)."""
 
@@ -102,7 +103,7 @@ class GPUTelemetry:
         with self._lock:
             return dict(self._latest)
 
-    def start(self) -> "GPUTelemetry":
+    def start(self) -> GPUTelemetry:
         if self.enabled and self._thread is None:
             self.poll()  # the first logged row already has a reading
             self._stop.clear()
@@ -120,7 +121,7 @@ class GPUTelemetry:
             self._thread.join()
             self._thread = None
 
-    def __enter__(self) -> "GPUTelemetry":
+    def __enter__(self) -> GPUTelemetry:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -890,7 +890,9 @@ def _warn_unused(cfg: Config, origins: _Origins) -> None:
             origins.line("candidate_mining.cache_size"),
         )
     if cfg.evaluation.metrics:
-        from adaptive_ir.evaluation.metrics import METRIC_NAMES  # only for this warning: the report's measures live there
+        from adaptive_ir.evaluation.metrics import (
+            METRIC_NAMES,  # only for this warning: the report's measures live there
+        )
 
         missing = {m: ir for m in cfg.evaluation.metrics if (ir := seed_metric(m)) not in METRIC_NAMES}
         log.warning(

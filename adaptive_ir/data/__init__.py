@@ -23,9 +23,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from adaptive_ir.common.errors import DataError
-
 from adaptive_ir.data.beir import BEIR_URL, load_beir
-from adaptive_ir.data.collection import SPLIT_ORDER, Collection, carve_dev, exclude_query_titles, natural_key, only_splits
+from adaptive_ir.data.collection import (
+    SPLIT_ORDER,
+    Collection,
+    carve_dev,
+    exclude_query_titles,
+    natural_key,
+    only_splits,
+)
 from adaptive_ir.data.corpus import Corpus, MemoryCorpus
 from adaptive_ir.data.default import make_default, make_default_with_oracle
 from adaptive_ir.data.irds import load_ir_datasets

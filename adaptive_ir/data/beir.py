@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from adaptive_ir.common.errors import DataError
-
 from adaptive_ir.data.collection import SPLIT_ORDER, Collection, assemble, wanted_splits
 from adaptive_ir.data.corpus import Corpus
 from adaptive_ir.data.lines import PathLike, ZipPath, read_qrels, read_queries

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from adaptive_ir.common.errors import DataError
-
 from adaptive_ir.data.corpus import CHUNK, Corpus
 
 logger = logging.getLogger(__name__)

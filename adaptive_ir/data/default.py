@@ -143,7 +143,7 @@ def _subtopic_vocab(k: int, own: list[list[str]], s: _DefaultSpec, rng: np.rando
     return rng.permutation(own[k] + borrowed).tolist()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _zipf(n: int, exponent: float = 1.0) -> np.ndarray:
     """Zipf probabilities for ranks 1..n (cached: the same few shapes are drawn thousands of times)."""
     p = 1.0 / np.arange(1, n + 1) ** exponent

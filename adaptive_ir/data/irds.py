@@ -8,7 +8,6 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 
 from adaptive_ir.common.errors import DataError, where
-
 from adaptive_ir.data.collection import SPLIT_ORDER, Collection, assemble, wanted_splits
 from adaptive_ir.data.corpus import Corpus, DocIdsBuilder
 

@@ -16,7 +16,6 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from adaptive_ir.common.errors import DataError, where
-
 from adaptive_ir.data.corpus import Corpus
 
 
@@ -28,7 +27,7 @@ class ZipPath:
     archive: Path
     at: str = ""
 
-    def __truediv__(self, name: str) -> "ZipPath":
+    def __truediv__(self, name: str) -> ZipPath:
         return ZipPath(self.archive, f"{self.at.rstrip('/')}/{name}" if self.at else name)
 
     @property

@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from adaptive_ir.common.errors import DataError
-
 from adaptive_ir.data.collection import Collection, assemble, wanted_splits
 from adaptive_ir.data.corpus import Corpus
 from adaptive_ir.data.lines import read_qrels, read_queries

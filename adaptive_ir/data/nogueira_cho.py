@@ -29,7 +29,6 @@ import h5py
 import numpy as np
 
 from adaptive_ir.common.errors import DataError, where
-
 from adaptive_ir.data.collection import SPLIT_ORDER, Collection
 from adaptive_ir.data.corpus import CHUNK, Corpus, RowIds
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator
+
 import numpy as np
 
 from adaptive_ir.common.errors import DataError, where
-
 from adaptive_ir.data.corpus import Corpus, DocIdsBuilder
 from adaptive_ir.data.lines import PathLike, check_id, is_jsonl, json_object, json_str, numbered_lines, open_binary
 

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from adaptive_ir.common.errors import DataError
-
 from adaptive_ir.data.collection import SPLIT_ORDER, Collection, assemble, wanted_splits
 from adaptive_ir.data.corpus import Corpus
 from adaptive_ir.data.lines import read_qrels, read_queries

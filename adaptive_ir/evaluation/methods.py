@@ -18,16 +18,24 @@ from pathlib import Path
 
 import ir_measures
 
-from adaptive_ir.config import Config
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.evaluation.metrics import (RM3_FB_DOCS, Run, bm25_run, drop_excluded, evaluate_run, report_measures, rm3_run, to_run,
-                       write_trec_run)
+from adaptive_ir.config import Config
+from adaptive_ir.evaluation.agent import agent_run
+from adaptive_ir.evaluation.metrics import (
+    RM3_FB_DOCS,
+    Run,
+    bm25_run,
+    drop_excluded,
+    evaluate_run,
+    report_measures,
+    rm3_run,
+    to_run,
+    write_trec_run,
+)
 from adaptive_ir.evaluation.oracle import oracle_run
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext
-from adaptive_ir.inference.reformulate import agent_run
 from adaptive_ir.rl.workspace import Workspace
-
 
 SELECTION_METRIC = "R@40"
 """A fixed rule is chosen among others (the action-space rules here, the best fixed rule in ``compare``) by its mean

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
-from adaptive_ir.rl.env import QuerySet, ReformulationEnv
 from adaptive_ir.evaluation.metrics import Run, to_run
 from adaptive_ir.retrieval.index import BM25Index
+from adaptive_ir.rl.env import QuerySet, ReformulationEnv
 
 
 @torch.no_grad()

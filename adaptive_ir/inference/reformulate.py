@@ -7,70 +7,11 @@ from pathlib import Path
 import torch
 
 from adaptive_ir.artifacts.checkpoint import describe_origin, load_for_inference
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.config import Config
-from adaptive_ir.rl.env import QuerySet, ReformulationEnv
-from adaptive_ir.evaluation.metrics import Run, to_run
+from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext
-from adaptive_ir.rl.rollout import greedy_rewrite
-from adaptive_ir.rl.workspace import Tables, Workspace
-
-
-def make_env(cfg: Config, ws: Workspace, qs: QuerySet, scored: bool = True) -> ReformulationEnv:
-    rc, tc = cfg.retrieval, cfg.training
-    weights = tc.reward_weights or {rc.reward_metric: 1.0}
-    return ReformulationEnv(qs, ws.retriever.index, cfg.rl_agent.max_steps_per_episode, rc.reward_k, weights,
-                            rc.levels, scored=scored)
-
-
-def rrf(runs: list[Run], k: int, depth: int) -> Run:
-    """Reciprocal rank fusion: score(d) = Σ_runs 1 / (k + rank(d)), ranks from 1; top ``depth`` kept."""
-    fused: Run = {}
-    for q in runs[0]:
-        scores: dict[str, float] = {}
-        for run in runs:
-            ranked = sorted(run[q].items(), key=lambda kv: -kv[1])
-            for rank, (d, _) in enumerate(ranked, 1):
-                scores[d] = scores.get(d, 0.0) + 1.0 / (k + rank)
-        fused[q] = dict(sorted(scores.items(), key=lambda kv: -kv[1])[:depth])
-    return fused
-
-
-@torch.no_grad()
-def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: QuerySet, tables: Tables,
-              batch_size: int = 256, seed: int = 0, weighted: list | None = None) -> tuple[Run, list[list[str]]]:
-    """The agent's ranked lists for every query of ``qs`` and the terms it added to each.
-
-    Greedy (deterministic) with one variant; with ``num_query_variants`` = n > 1, the greedy rewrite plus n−1
-    sampled ones (seeded, so still reproducible) are fused with reciprocal rank fusion. ``weighted``, when given, is
-    filled with each greedy rewrite as searched: its (term, weight) pairs, original terms first.
-    """
-    agent.use_tables(tables)
-    env = make_env(cfg, ws, qs, scored=False)  # the final rewrite is searched below; per-step rewards unused
-    k = cfg.retrieval.top_k
-    variants = cfg.rl_agent.num_query_variants
-    gen = torch.Generator(qs.terms.device).manual_seed(seed)
-    runs, added = [], [[] for _ in range(len(qs))]
-    l0 = qs.terms.shape[1]
-    vocab = ws.retriever.vocab.surface
-    for v in range(variants):
-        scores, docs = [], []
-        for lo in range(0, len(qs), batch_size):
-            qidx = torch.arange(lo, min(len(qs), lo + batch_size))
-            terms, weights = greedy_rewrite(agent, amp, env, qidx, None if v == 0 else gen)
-            s, d = ws.retriever.index.search(terms, weights, k=k)
-            scores.append(s.cpu())
-            docs.append(d.cpu())
-            if v == 0:
-                for i, row in zip(qidx.tolist(), terms[:, l0:].tolist()):
-                    added[i] = [vocab[t] for t in row if t != ws.retriever.index.pad_id]
-                if weighted is not None:
-                    weighted.extend([(vocab[t], w) for t, w in zip(row_t, row_w) if t != ws.retriever.index.pad_id]
-                                    for row_t, row_w in zip(terms.tolist(), weights.tolist()))
-        runs.append(to_run(qs.qids, ws.retriever.doc_ids, torch.cat(scores).numpy(), torch.cat(docs).numpy()))
-    if variants == 1:
-        return runs[0], added
-    return rrf(runs, cfg.rrf_fusion.k_constant, k), added
+from adaptive_ir.rl.workspace import Workspace
 
 
 class Reformulator:
@@ -82,17 +23,16 @@ class Reformulator:
         """Which run (and update) the agent's checkpoint came from, as one line; None when built in memory."""
 
     @classmethod
-    def load(cls, checkpoint: str | Path, device: str = "auto", data_dir: str | None = None) -> "Reformulator":
+    def load(cls, checkpoint: str | Path, device: str = "auto", data_dir: str | None = None) -> Reformulator:
         cfg, ws, agent, amp, state = load_for_inference(checkpoint, device, data_dir)
         return cls(cfg, ws, agent, amp, describe_origin(checkpoint, state))
 
     @classmethod
     def from_pretrained(cls, policy: str | Path, data_dir: str | None = None, device: str = "auto",
-                        progress: bool = False, **overrides) -> "Reformulator":
+                        progress: bool = False, **overrides) -> Reformulator:
         """A trained policy (a shipped policy's name, an exported folder or a checkpoint) over a collection it may
         never have seen: ``data_dir`` a BEIR folder (None: the embedded collection), indexed and embedded on first
         use with the policy's own settings and cached under ``runs/pretrained/<collection>``."""
-        import torch
 
         from adaptive_ir.artifacts.checkpoint import agent_from_policy, pretrained_config
         from adaptive_ir.config import resolve_device
@@ -102,7 +42,7 @@ class Reformulator:
         dev = torch.device(resolve_device(device))
         ws = Workspace(cfg, dev, progress=progress, splits=())
         agent = agent_from_policy(path, state, cfg, ws, dev)
-        return cls(cfg, ws, agent, AmpContext(dev, cfg.training.use_amp, cfg.training.amp_dtype),
+        return cls(cfg, ws, agent, AmpContext.of(dev, cfg.training),
                    describe_origin(path, state))
 
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:

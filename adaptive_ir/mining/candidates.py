@@ -52,11 +52,11 @@ import numpy as np
 import scipy.sparse as sp
 import Stemmer
 
+from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
+from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
 from adaptive_ir.retrieval.index import idf_lucene
-from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
-from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.retriever import Retriever
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ class CandidateMiner:
 
 
 def select_candidates(query_terms: list[list[int]], scores: list[sp.csr_matrix], fb_frac: sp.csr_matrix,
-                      log_df: np.ndarray, stems: "StemGroups | None", top_k_per_method: int, min_score: float,
+                      log_df: np.ndarray, stems: StemGroups | None, top_k_per_method: int, min_score: float,
                       min_candidates: int, max_candidates: int) -> tuple[np.ndarray, np.ndarray]:
     """(terms (Q, M) int64, -1 padded; features (Q, M, F) float32) of Q queries, from each method's (Q, vocab) term
     scores and the (Q, vocab) fraction of feedback documents holding each term. Array code over all Q queries
@@ -382,7 +382,7 @@ class StemGroups:
         self.group, self.indptr, self.members = group, indptr, members
 
     @classmethod
-    def build(cls, terms: list[str]) -> "StemGroups":
+    def build(cls, terms: list[str]) -> StemGroups:
         by_stem: dict[str, list[int]] = {}
         for i, stem in enumerate(Stemmer.Stemmer("english").stemWords(terms)):
             by_stem.setdefault(stem, []).append(i)

@@ -309,7 +309,7 @@ CORPUS_CHUNK_DOCS = 1024
 """Documents per checksummed chunk of a corpus encode: at most this much work is lost to an interruption."""
 
 
-def encode_corpus(embedder, collection: "Collection", folder: str | Path, meta: dict,
+def encode_corpus(embedder, collection: Collection, folder: str | Path, meta: dict,
                   chunk_docs: int = CORPUS_CHUNK_DOCS, progress: bool = True,
                   max_tokens: int | None = None) -> np.ndarray:
     """Every document's vector, (num_docs, dim) float16, memory-mapped from ``<folder>/vectors.npy``.

@@ -26,9 +26,9 @@ import numpy as np
 import scipy.sparse as sp
 from bm25s.stopwords import STOPWORDS_EN
 
-from adaptive_ir.retrieval import lucene
 from adaptive_ir.common.io import atomic_save_npy, atomic_write_bytes
 from adaptive_ir.common.progress import Progress
+from adaptive_ir.retrieval import lucene
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 """bm25s' (and scikit-learn's) default token pattern: runs of two or more word characters."""
@@ -250,7 +250,7 @@ class Vocabulary:
     """With a stemmer: per term (a stem), the unstemmed word it was most often made from in the corpus."""
 
     @classmethod
-    def from_terms(cls, terms: list[str], surface: list[str] | None = None) -> "Vocabulary":
+    def from_terms(cls, terms: list[str], surface: list[str] | None = None) -> Vocabulary:
         return cls(terms=terms, ids=dict(zip(terms, range(len(terms)))), surface_forms=surface)
 
     @property
@@ -286,7 +286,7 @@ class CorpusTerms:
 
     @classmethod
     def build(cls, chunks: Iterable[list[str]], analyzer: Analyzer, num_docs: int | None = None,
-              progress: bool = False) -> "CorpusTerms":
+              progress: bool = False) -> CorpusTerms:
         """Analyze a stream of chunks of document texts (corpus order). Per chunk, only its token ids live
         as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document."""
         table = _TermTable(analyzer) if analyzer.kind == "bm25s" else _StandardTable(analyzer)
@@ -368,7 +368,7 @@ class CorpusTerms:
                                json.dumps(self.vocab.surface_forms, ensure_ascii=False).encode("utf-8"))
 
     @classmethod
-    def load(cls, folder: str | Path, mmap: bool = True) -> "CorpusTerms":
+    def load(cls, folder: str | Path, mmap: bool = True) -> CorpusTerms:
         folder = Path(folder)
         arrays = [np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS]
         surface = folder / "surface.json"

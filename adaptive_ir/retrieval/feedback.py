@@ -10,8 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from adaptive_ir.retrieval.index import BM25Weights, key_docs, key_scores
 from adaptive_ir.retrieval.analyzer import CorpusTerms
+from adaptive_ir.retrieval.index import BM25Weights, key_docs, key_scores
 
 if TYPE_CHECKING:
     from adaptive_ir.retrieval.retriever import Retriever
@@ -157,7 +157,7 @@ class SemanticFeedback:
         return out_w, out_i
 
 
-def feedback_documents(retriever: "Retriever", query_terms: list[list[int]], k: int,
+def feedback_documents(retriever: Retriever, query_terms: list[list[int]], k: int,
                        semantic: SemanticFeedback | None = None, query_vectors: np.ndarray | None = None,
                        ranking: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(weights, doc indices), both (Q, k): each query's feedback documents for RM1 and the candidate miner.

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adaptive_ir.retrieval import kernels
 from adaptive_ir.common.errors import DataError
 from adaptive_ir.common.hostsync import allowed_sync
-from adaptive_ir.common.io import atomic_write_json, atomic_save_npy
+from adaptive_ir.common.io import atomic_save_npy, atomic_write_json
 from adaptive_ir.common.progress import Progress
+from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.analyzer import CorpusTerms
 
 IDF_VARIANTS = ("lucene", "okapi")
@@ -122,7 +122,7 @@ class BM25Weights:
 
     @classmethod
     def from_df(cls, df: np.ndarray, num_docs: int, k1: float, b: float, avgdl: float, idf: str,
-                epsilon: float) -> "BM25Weights":
+                epsilon: float) -> BM25Weights:
         factor = _okapi_rescale(df.astype(np.float32), num_docs, k1, epsilon) if idf == "okapi" else None
         return cls(k1, b, avgdl, lucene_idf_bm25s(df, num_docs), factor)
 
@@ -175,7 +175,7 @@ class LuceneWeights:
     """(256,) float32: BM25Similarity's per-byte cache."""
 
     @classmethod
-    def from_df(cls, df: np.ndarray, doc_count: int, k1: float, b: float, avgdl: float) -> "LuceneWeights":
+    def from_df(cls, df: np.ndarray, doc_count: int, k1: float, b: float, avgdl: float) -> LuceneWeights:
         df = np.asarray(df, np.float64)
         idf = np.where(df > 0, np.log(1 + (doc_count - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
         k1_, b_, avgdl_ = np.float32(k1), np.float32(b), np.float32(avgdl)
@@ -219,7 +219,7 @@ class BM25Index:
 
     @classmethod
     def build(cls, corpus: CorpusTerms, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
-              epsilon: float = 0.25, progress: bool = False, scoring: str = "bm25s") -> "BM25Index":
+              epsilon: float = 0.25, progress: bool = False, scoring: str = "bm25s") -> BM25Index:
         """Index the whole corpus (every document, judged or not). ``scoring``: ``bm25s`` (its numbers) or
         ``lucene`` (``LuceneWeights``; Lucene's IDF only)."""
         if idf not in IDF_VARIANTS or scoring not in SCORINGS:
@@ -257,7 +257,7 @@ class BM25Index:
                 d0 = d1
         return cls(data, indices, indptr, n, meta)
 
-    def to(self, device: str | torch.device) -> "BM25Index":
+    def to(self, device: str | torch.device) -> BM25Index:
         self.data, self.indices, self.indptr = (t.to(device) for t in (self.data, self.indices, self.indptr))
         return self
 
@@ -420,7 +420,7 @@ class BM25Index:
         atomic_write_json(folder / "params.json", {**self.meta, **(extra or {})})
 
     @classmethod
-    def load(cls, folder: str | Path, mmap: bool = True) -> "BM25Index":
+    def load(cls, folder: str | Path, mmap: bool = True) -> BM25Index:
         folder = Path(folder)
         params = folder / "params.json"
         if not params.exists():

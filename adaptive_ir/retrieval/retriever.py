@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.retrieval.index import BM25Index
 from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
+from adaptive_ir.retrieval.index import BM25Index
 
 if TYPE_CHECKING:
     from adaptive_ir.data import Collection
@@ -49,9 +49,9 @@ class Retriever:
         """Texts of documents by corpus position (``Collection.doc_texts_at``), when the corpus is at hand."""
 
     @classmethod
-    def build(cls, collection: "Collection", k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
+    def build(cls, collection: Collection, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
               device: str | torch.device = "cpu", progress: bool = False, analyzer: Analyzer | None = None,
-              scoring: str = "bm25s") -> "Retriever":
+              scoring: str = "bm25s") -> Retriever:
         """Index every document of the collection (never only the judged ones), in memory. ``analyzer``: the
         default ``Analyzer()`` when None; ``scoring``: see ``BM25Index.build``."""
         analyzer, digest = analyzer or Analyzer(), hashlib.sha256()
@@ -64,9 +64,9 @@ class Retriever:
         return cls(collection.doc_ids, analyzer, corpus, index.to(device), collection.doc_texts_at)
 
     @classmethod
-    def cached(cls, collection: "Collection", cache_dir: str | Path, k1: float = 1.5, b: float = 0.75,
+    def cached(cls, collection: Collection, cache_dir: str | Path, k1: float = 1.5, b: float = 0.75,
                idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False,
-               analyzer: Analyzer | None = None, scoring: str = "bm25s") -> "Retriever":
+               analyzer: Analyzer | None = None, scoring: str = "bm25s") -> Retriever:
         """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
         when absent (or damaged). A cache hit costs a read of the corpus (to hash it) and of the index files (to
         check their checksums): no tokenising, no scoring."""
@@ -115,7 +115,7 @@ class Retriever:
 
     @classmethod
     def load(cls, folder: str | Path, doc_ids: list[str], device: str | torch.device = "cpu",
-             mmap: bool = True, doc_texts: Callable[[Iterable[int]], list[str]] | None = None) -> "Retriever":
+             mmap: bool = True, doc_texts: Callable[[Iterable[int]], list[str]] | None = None) -> Retriever:
         """A saved index (memory-mapped unless ``mmap`` is False) for a collection with these ``doc_ids``;
         ``doc_texts`` as in the constructor."""
         folder = Path(folder)

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from adaptive_ir.retrieval import kernels
-from adaptive_ir.mining.candidates import CandidateSet
 from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.mining.candidates import CandidateSet
+from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.index import POSITIVE_KEY, BM25Index, best_distinct, key_docs, ranking_keys
+
 
 @dataclass
 class QuerySet:
@@ -85,7 +86,7 @@ class QuerySet:
               q_rows: np.ndarray, qrels: dict[str, dict[str, int]] | None, doc_positions,
               pad_id: int, device: str | torch.device, cand_weight: np.ndarray | None = None,
               exclude_docs: np.ndarray | None = None, query_weights: list[list[float]] | None = None
-              ) -> "QuerySet":
+              ) -> QuerySet:
         """``term_rows[i, j]`` is the embedding row of candidate j of query i (already computed);
         ``doc_positions(ids)`` gives the corpus positions of document ids (-1 if unknown), e.g.
         ``Collection.doc_positions``; ``exclude_docs`` (Q,) int64 corpus positions, -1 = none (the default);

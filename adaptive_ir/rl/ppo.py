@@ -19,17 +19,18 @@ and the all-reduced approximate KL, hence identical on every rank.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from adaptive_ir.rl.buffer import RolloutBuffer
-from adaptive_ir.rl.env import QuerySet
+from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.common.distributed import dist_info
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.rl.buffer import RolloutBuffer
+from adaptive_ir.rl.env import QuerySet
 from adaptive_ir.rl.policy import Agent
 
 NAN_ADVICE = ("the loss or its gradients were not finite in {n} minibatches in a row: try --no-amp and a lower "
@@ -50,56 +51,10 @@ class PPOSettings:
     """Consecutive non-finite minibatches before training stops with NAN_ADVICE."""
 
 
-def native_bf16(device: torch.device) -> bool:
-    """bf16 with hardware support: CUDA compute capability ≥ 8.0 (Ampere on). ``torch.cuda.is_bf16_supported()``
-    is also True on older GPUs (a T4) through slow emulation, so it cannot decide alone."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
-
-
-class AmpContext:
-    """autocast + GradScaler for a device: on CUDA, ``auto`` is bf16 where it is native and fp16 with loss
-    scaling elsewhere; bf16 on the CPU only when asked (``dtype='bfloat16'``); a no-op when disabled."""
-
-    def __init__(self, device: torch.device, enabled: bool, dtype: str = "auto"):
-        self.device_type = device.type
-        if dtype == "auto":
-            if device.type == "cuda":
-                dtype = "bfloat16" if native_bf16(device) else "float16"
-            else:
-                enabled = False  # CPU autocast is slower than fp32 on most CPUs: opt in with amp_dtype
-                dtype = "bfloat16"
-        self.enabled = enabled
-        self.dtype = getattr(torch, dtype)
-        self.scaler = torch.amp.GradScaler(self.device_type, enabled=enabled and self.dtype == torch.float16)
-
-    def autocast(self):
-        if not self.enabled:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
-
-
-class Autocast(nn.Module):
-    """Runs ``module`` under the AmpContext's autocast. DataParallel's worker threads re-enter autocast with the
-    default dtype (fp16 on CUDA), so the configured dtype has to be set inside each replica."""
-
-    def __init__(self, module: nn.Module, amp: AmpContext):
-        super().__init__()
-        self.module, self.amp = module, amp
-
-    def forward(self, *inputs):
-        with self.amp.autocast():
-            return self.module(*inputs)
-
-
 def make_optimizer(params, lr: float) -> torch.optim.Adam:
     """The update's optimizer: Adam with the fused kernel, which takes the skip flag (``found_inf``) on the
     device, so skipping a step needs no host read."""
     return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
-
-
-def _world() -> int:
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class _Samples(NamedTuple):
@@ -171,7 +126,7 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     pad = torch.zeros(batches * size - n, dtype=torch.long, device=device)
 
     params = [p for p in agent.parameters() if p.requires_grad]
-    world = _world()
+    world = dist_info()[1]
     sums = torch.zeros(5, device=device)  # policy_loss, value_loss, entropy, approx_kl, clipfrac
     stepped, skipped = torch.zeros((), device=device), torch.zeros((), device=device)
     streak = torch.full((), float(nonfinite_streak), device=device)

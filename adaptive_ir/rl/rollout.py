@@ -12,10 +12,10 @@ import math
 
 import torch
 
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.rl.buffer import RolloutBuffer
 from adaptive_ir.rl.env import QuerySet, ReformulationEnv
 from adaptive_ir.rl.policy import Agent, EpisodeInputs
-from adaptive_ir.rl.ppo import AmpContext
 
 
 def greedy_actions(logp: torch.Tensor) -> torch.Tensor:

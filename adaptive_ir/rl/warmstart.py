@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from adaptive_ir.rl.env import ReformulationEnv, per_action
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.rl.env import ReformulationEnv, per_action
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.ppo import AmpContext
 from adaptive_ir.rl.rollout import greedy_actions
 
 

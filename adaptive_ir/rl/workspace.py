@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
-from adaptive_ir.config import Config
-from adaptive_ir.data import Collection, load_collection
-from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
-from adaptive_ir.rl.env import QuerySet
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.evaluation.metrics import RM3_CHUNK, rm3_expansion
-from adaptive_ir.retrieval.feedback import SemanticFeedback
 from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
 from adaptive_ir.common.progress import Phases
-from adaptive_ir.retrieval.retriever import Retriever
+from adaptive_ir.config import Config
+from adaptive_ir.data import Collection, load_collection
+from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
+from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
 from adaptive_ir.retrieval.analyzer import Analyzer
+from adaptive_ir.retrieval.feedback import SemanticFeedback
+from adaptive_ir.retrieval.retriever import Retriever
+from adaptive_ir.retrieval.rm3 import RM3_CHUNK, rm3_expansion
+from adaptive_ir.rl.env import QuerySet
 
 log = logging.getLogger(__name__)
 

@@ -52,9 +52,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
 
-from adaptive_ir.config import Config, config_to_dict, resolve_device
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.io import atomic_write_json, fingerprint, try_lock
+from adaptive_ir.config import Config, config_to_dict, resolve_device
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"

@@ -15,25 +15,35 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.artifacts.checkpoint import (CHECKPOINT_FORMAT, build_agent, describe_origin, init_policy_path, load_compatible,
-                         load_policy_from, require_init_policy, save_checkpoint)
-from adaptive_ir.config import Config, config_to_dict, resolve_device
-from adaptive_ir.rl.env import QuerySet, ReformulationEnv
+from adaptive_ir.artifacts.checkpoint import (
+    CHECKPOINT_FORMAT,
+    describe_origin,
+    init_policy_path,
+    load_compatible,
+    load_policy_from,
+    require_init_policy,
+    save_checkpoint,
+)
+from adaptive_ir.artifacts.spec import data_identity, policy_spec
+from adaptive_ir.common.amp import AmpContext, Autocast
+from adaptive_ir.common.distributed import dist_info
 from adaptive_ir.common.errors import AdaptiveIRError
-from adaptive_ir.evaluation.metrics import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
 from adaptive_ir.common.hostsync import allowed_sync
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
-from adaptive_ir.training.monitor import Monitor
 from adaptive_ir.common.progress import duration, peak_rss_gib
-from adaptive_ir.evaluation.methods import evaluate_split
-from adaptive_ir.rl.ppo import AmpContext, Autocast, PPOSettings, make_optimizer, ppo_update
-from adaptive_ir.inference.reformulate import agent_run, make_env
-from adaptive_ir.rl.rollout import collect
-from adaptive_ir.artifacts.spec import data_identity, policy_spec
-from adaptive_ir.rl.warmstart import first_step_gains, warm_start
 from adaptive_ir.common.telemetry import GPUTelemetry
+from adaptive_ir.config import Config, config_to_dict, resolve_device
+from adaptive_ir.evaluation.agent import agent_run
+from adaptive_ir.evaluation.methods import evaluate_split
+from adaptive_ir.evaluation.metrics import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
+from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
+from adaptive_ir.rl.env import QuerySet, ReformulationEnv
+from adaptive_ir.rl.factory import build_agent, make_env
+from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
+from adaptive_ir.rl.rollout import collect
+from adaptive_ir.rl.warmstart import first_step_gains, warm_start
 from adaptive_ir.rl.workspace import Tables, Workspace, seed_everything
+from adaptive_ir.training.monitor import Monitor
 
 log = logging.getLogger(__name__)
 GPU_SAMPLE_INTERVAL_S = 5.0
@@ -46,13 +56,6 @@ forward through it replicates the policy, scatters the inputs and starts a threa
 a whole forward of the shipped policies at the usual minibatch sizes; below this size the update runs on one
 GPU (``benchmarks/ppo_update.py --device cuda`` measures the wrapper's overhead on the machine at hand; DDP is
 the multi-GPU path that pays, see docs/multi_gpu.md)."""
-
-
-def dist_info() -> tuple[int, int]:
-    """(rank, world size) of the DDP process group, (0, 1) outside one."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def parallel_wrapper(core: nn.Module, device: torch.device, amp: AmpContext, minibatch_size: int
@@ -161,7 +164,7 @@ class Trainer:
             self.agent.core.load_state_dict(source["model"])
             log.info("policy starts from %s; sha256 %s", describe_origin(init_policy_path(cfg), source),
                      self.init_sha256)
-        self.amp = AmpContext(self.device, tc.use_amp, tc.amp_dtype)
+        self.amp = AmpContext.of(self.device, tc)
         self._parallelize()
         self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
         self.episodes_per_round = tc.collect_batch_size
