@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptive_ir.config import Config, config_from_dict, config_to_dict, load_config
+from adaptive_ir.config import Config, build_config, config_from_dict, config_to_dict, load_config
 
 
 @dataclass
@@ -55,9 +55,7 @@ def _config(config: str | Path | Config, overrides: dict[str, Any]) -> Config:
 
 def _with(cfg: Config, overrides: dict[str, Any]) -> Config:
     """``cfg`` with dotted overrides applied and validated (as ``--set`` does)."""
-    from adaptive_ir.config import _build, _Origins
-
-    return _build(config_to_dict(cfg), _Origins(cfg.source, {}), overrides, warn=False)
+    return build_config(config_to_dict(cfg), cfg.source, overrides)
 
 
 def train(config: str | Path | Config = "quickstart", *, test: bool = False, resume: bool = False,
@@ -170,7 +168,6 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     from adaptive_ir.artifacts.export import export_policy, read_export
     from adaptive_ir.artifacts.spec import data_identity, policy_spec
     from adaptive_ir.common.errors import ConfigError
-    from adaptive_ir.config import _build, _Origins
 
     source = resolve_policy(checkpoint)
     # an exported policy (or a shipped one's name) keeps its weights and record; only its apply settings change
@@ -185,7 +182,7 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     if fixed:
         raise ConfigError(f"export --apply {', '.join(fixed)}: part of the policy's spec (its weights were trained "
                           "for the value they have); apply only settings outside the spec")
-    _build(json.loads(json.dumps(state["config"])), _Origins(f"checkpoint {checkpoint}", {}), apply, warn=False)
+    build_config(json.loads(json.dumps(state["config"])), f"checkpoint {checkpoint}", apply)
     return export_policy(state, spec, data, folder, str(checkpoint), apply)
 
 

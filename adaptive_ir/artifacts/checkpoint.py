@@ -22,7 +22,7 @@ from adaptive_ir.artifacts.spec import check_fits, data_identity, policy_spec
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
-from adaptive_ir.config import Config, config_from_dict, resolve_device
+from adaptive_ir.config import Config, build_config, config_from_dict, resolve_device
 from adaptive_ir.rl.factory import build_agent
 from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.workspace import Workspace
@@ -102,7 +102,6 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
     (a BEIR folder; None: the embedded default collection; dev carved with PRETRAINED_SPLIT_SEED), caches under
     ``runs/pretrained/<collection>``, then the settings the policy is applied with (an export's ``apply``), then
     ``overrides`` (``--set``). The collection is indexed, mined and embedded on first use, and cached."""
-    from adaptive_ir.config import _build, _Origins
 
     path = policy_path(policy)
     state, _ = read_policy(path)
@@ -112,7 +111,7 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
     raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
                            init_from=None, log_dir=None, checkpoint_dir=None)
     raw["embeddings"]["cache_dir"] = None
-    cfg = _build(raw, _Origins(f"policy {path}", {}), {**state.get("apply", {}), **(overrides or {})}, warn=False)
+    cfg = build_config(raw, f"policy {path}", {**state.get("apply", {}), **(overrides or {})})
     return cfg, path, state
 
 

@@ -504,6 +504,12 @@ def load_config(path_or_name: str, overrides: dict[str, object] | None = None) -
     return _build(raw, _Origins(str(path), _key_lines(root, path)), overrides, warn=True)
 
 
+def build_config(raw: dict, source: str, overrides: dict[str, object] | None = None, warn: bool = False) -> Config:
+    """A Config from plain sections (a stored config, a checkpoint's), dotted ``overrides`` applied (as ``--set``),
+    validated; errors name ``source``. ``warn``: report unused and duplicated keys (done once, at first load)."""
+    return _build(raw, _Origins(source, {}), overrides, warn)
+
+
 def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
     """The config as plain, JSON-serialisable sections (without `source`), e.g. for checkpoints."""
     return {name: dataclasses.asdict(getattr(cfg, name)) for name in SECTIONS}
