@@ -1,13 +1,14 @@
 """adaptive-ir: batched reinforcement learning for query reformulation.
 
-``adaptive_ir.train(config, **overrides)`` and ``adaptive_ir.evaluate(checkpoint, ...)`` do what the commands of the
-same names do (``adaptive_ir/api.py``, which also has ``export``); ``adaptive_ir.inference.reformulate.Reformulator`` rewrites
-queries.
+The package's face: ``train(config, **overrides)``, ``evaluate(checkpoint, ...)``, ``evaluate_pretrained(policy,
+data_dir)`` and ``export(checkpoint, folder)`` do what the commands of the same names do (``api.py``, which returns
+a ``TrainResult``); ``Reformulator.load(checkpoint)`` or ``Reformulator.from_pretrained(policy)``, then
+``.reformulate(queries)``, rewrites queries (``inference/reformulate.py``). Below them, one subpackage per stage:
+common, config, data, retrieval, mining, rl, evaluation, artifacts, training, inference.
 """
 
 import os
-import sys
-import types
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -16,20 +17,22 @@ __version__ = "0.1.0"
 # here, would run out. JAX, if anything, runs on the CPU; a JAX_PLATFORMS set by the user wins.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from adaptive_ir.api import TrainResult, evaluate, evaluate_pretrained, train  # noqa: E402 - after __version__, which setuptools reads
+# after __version__, which setuptools reads
+from adaptive_ir.api import TrainResult, evaluate, evaluate_pretrained, export, train  # noqa: E402
+
+if TYPE_CHECKING:
+    from adaptive_ir.inference.reformulate import Reformulator
 
 
-class _Package(types.ModuleType):
-    """The package keeps ``evaluate`` the API function: importing the submodule ``adaptive_ir.evaluation.metrics`` (the
-    metrics) would otherwise rebind the package's attribute to it. The submodule stays importable by its full name
-    (``from adaptive_ir.evaluation.metrics import ...``)."""
+def __getattr__(name: str):
+    # Reformulator is imported on first use: its module imports the retrieval, mining and RL stages, which
+    # `import adaptive_ir` (and the command line's --help) would otherwise wait for
+    if name == "Reformulator":
+        from adaptive_ir.inference.reformulate import Reformulator
 
-    def __setattr__(self, name: str, value) -> None:
-        if name == "evaluate" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
+        globals()["Reformulator"] = Reformulator
+        return Reformulator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-sys.modules[__name__].__class__ = _Package
-
-__all__ = ["train", "evaluate", "evaluate_pretrained", "TrainResult", "__version__"]
+__all__ = ["Reformulator", "TrainResult", "__version__", "evaluate", "evaluate_pretrained", "export", "train"]

@@ -1,14 +1,16 @@
-"""The Python API: what ``adaptive-ir train`` and ``adaptive-ir evaluate`` do, from Python, with the same run folders.
+"""The Python API: what ``adaptive-ir train``, ``evaluate`` and ``export`` do, from Python, with the same run folders.
 
     import adaptive_ir
     result = adaptive_ir.train("quickstart", test=True, **{"training.num_epochs": 2})
     result.best_checkpoint, result.test["agent"]["R@40"]
     adaptive_ir.evaluate(result.best_checkpoint, split="dev")      # the config stored in the checkpoint
-    adaptive_ir.api.export(result.best_checkpoint, "my-policy")    # safetensors + spec + model card
+    adaptive_ir.export(result.best_checkpoint, "my-policy")        # safetensors + spec + model card
     adaptive_ir.evaluate_pretrained("nfcorpus-seed-1", "path/to/beir-folder")   # a shipped policy, no training
 
 Overrides are config keys, ``section.key`` (in a dict: ``**{"training.num_epochs": 2}``) or ``section__key``
 (``training__num_epochs=2``), with the values ``--set`` takes.
+
+The stages are imported inside the functions, so that ``import adaptive_ir`` stays light.
 """
 
 from __future__ import annotations
@@ -65,23 +67,15 @@ def train(config: str | Path | Config = "quickstart", *, test: bool = False, res
     gets its folder (the config's own numbered when taken, as on the command line, unless
     ``training.output_dir`` is given), run.json, checkpoints and logs. ``resume`` / ``checkpoint`` /
     ``overwrite``: as the flags of the same names. ``test``: evaluate the best checkpoint on test afterwards."""
-    from adaptive_ir.training.rundir import LOCATION_KEYS, start_run
-    from adaptive_ir.training.trainer import Trainer
+    from adaptive_ir.training.run import names_folders, run_training
 
     overrides = _overrides(overrides)
-    cfg = _config(config, overrides)
-    named = any(k in overrides for k in (f"training.{k}" for k in LOCATION_KEYS))
-    run = start_run(cfg, resume=resume, checkpoint=checkpoint, overwrite=overwrite, numbered=not named)
-    try:
-        trainer = Trainer(run.cfg, resume=run.resume_from, progress=progress, run=run.identity)
-        result = trainer.train()
-        results = trainer.test() if test and not result["interrupted"] else None
-    except BaseException as e:
-        run.finish_raised(e)
-        raise
-    run.finish_trained(result, trainer.stop_signal)
-    return TrainResult(run.record["id"], Path(run.cfg.training.output_dir), run.cfg, result["updates"],
-                       result["best_dev"], result["best_update"], result["interrupted"], results)
+    trained = run_training(_config(config, overrides), resume=resume, checkpoint=checkpoint, overwrite=overwrite,
+                           numbered=not names_folders(overrides), progress=progress, test=test)
+    run, r = trained.run, trained.result
+    assert run is not None  # None only on the ranks other than 0 of a torchrun
+    return TrainResult(run.record["id"], Path(trained.cfg.training.output_dir), trained.cfg, r["updates"],
+                       r["best_dev"], r["best_update"], r["interrupted"], trained.test)
 
 
 def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config | None = None, *,
@@ -117,40 +111,28 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
     the collection (cached under ``runs/pretrained/<collection>``)."""
     from adaptive_ir.artifacts.checkpoint import pretrained_config
 
-    cfg, path, state = pretrained_config(policy, data_dir, _overrides(overrides))
-    return evaluate_config(cfg, None, split, baselines, False, run_dir, progress, policy=(path, state))[0]
+    cfg, path = pretrained_config(policy, data_dir, _overrides(overrides))
+    return evaluate_config(cfg, path, split, baselines, False, run_dir, progress, portable=True)[0]
 
 
-def evaluate_config(cfg: Config, checkpoint: str | Path | None, split: str, baselines: bool, oracle: bool,
-                    run_dir: str | Path | None, progress: bool, policy: tuple[Path, dict] | None = None
-                    ) -> tuple[dict, str, str | None]:
-    """(results, collection name, where the checkpoint came from) of one evaluation; shared by the CLI. ``policy``
-    instead of ``checkpoint``: (path, policy) as ``checkpoint.pretrained_config`` read them, a policy applied to
-    another collection (checked by its spec, not its data)."""
+def evaluate_config(cfg: Config, source: str | Path | None, split: str, baselines: bool, oracle: bool,
+                    run_dir: str | Path | None, progress: bool, portable: bool = False) -> tuple[dict, str, str | None]:
+    """(results, collection name, where the agent's weights came from) of one evaluation; shared by the CLI.
+    ``source``: a checkpoint checked to fit ``cfg``'s collection, or with ``portable`` a policy applied to another
+    collection (``pretrained_config``'s path, checked by its spec alone); None: no agent (``load_agent``)."""
     import torch
 
-    from adaptive_ir.artifacts.checkpoint import agent_from_policy, describe_origin, load_compatible
-    from adaptive_ir.common.amp import AmpContext
+    from adaptive_ir.artifacts.checkpoint import load_agent
     from adaptive_ir.config import resolve_device
     from adaptive_ir.evaluation.methods import evaluate_split
-    from adaptive_ir.rl.factory import build_agent
     from adaptive_ir.rl.workspace import Workspace
 
     device = torch.device(resolve_device(cfg.system.device))
     # only the evaluated split's judgments are read (with split dev the test qrels stay unopened)
     ws = Workspace(cfg, device, progress=progress, splits=(split,))
     agent = amp = origin = None
-    if checkpoint is not None:
-        state = load_compatible(checkpoint, cfg, ws)
-        origin = describe_origin(checkpoint, state)
-        agent = build_agent(cfg, ws, device)
-        agent.core.load_state_dict(state["model"])
-        amp = AmpContext.of(device, cfg.training)
-    elif policy is not None:
-        path, state = policy
-        origin = describe_origin(path, state)
-        agent = agent_from_policy(path, state, cfg, ws, device)
-        amp = AmpContext.of(device, cfg.training)
+    if source is not None:
+        agent, amp, origin = load_agent(source, cfg, ws, device, portable=portable)
     results = evaluate_split(cfg, ws, agent, amp, split, baselines=baselines or agent is None,
                              run_dir=Path(run_dir) if run_dir else None, oracle=oracle)
     return results, ws.collection.name, origin
@@ -164,19 +146,19 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     folder, or a shipped policy's name): it is written again, byte-identical weights and the same origin, with
     ``apply`` in place of its own. ``apply``: settings (``SECTION.KEY`` → value, as ``--set``) the policy is applied
     with on a collection, over its training config; checked to be valid settings that leave its spec alone."""
-    from adaptive_ir.artifacts.checkpoint import load_checkpoint, load_for_inference, resolve_policy
-    from adaptive_ir.artifacts.export import export_policy, read_export
+    from adaptive_ir.artifacts.checkpoint import read_state, resolve_policy
+    from adaptive_ir.artifacts.export import export_policy
     from adaptive_ir.artifacts.spec import data_identity, policy_spec
     from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.inference.reformulate import Reformulator
 
-    source = resolve_policy(checkpoint)
     # an exported policy (or a shipped one's name) keeps its weights and record; only its apply settings change
-    state = read_export(source)[0] if source.is_dir() else load_checkpoint(checkpoint)
+    state = read_state(resolve_policy(checkpoint))[0]
     if state.get("spec") and state.get("data"):
         spec, data = state["spec"], state["data"]
-    else:  # rebuilt over its collection (load_for_inference checks that the weights fit)
-        cfg, ws, _, _, state = load_for_inference(checkpoint, "cpu", data_dir)
-        spec, data = policy_spec(cfg, ws), data_identity(ws)
+    else:  # rebuilt over its collection (loading its agent checks that the weights fit)
+        ref = Reformulator.load(checkpoint, "cpu", data_dir)
+        spec, data = policy_spec(ref.cfg, ref.ws), data_identity(ref.ws)
     apply = dict(apply or {})
     fixed = sorted(k for k in apply if k in spec)
     if fixed:

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 OOM_ADVICE = ("CUDA out of memory. Lower training.collect_batch_size (episodes per forward) and "
               "training.batch_size (PPO minibatch), then keep AMP on (training.use_amp: true).")
@@ -81,21 +82,42 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--split", default="test")
     o.add_argument("--json", help="write {method: {metric: value}} here")
 
-    r = sub.add_parser("reformulate", help="rewrite queries with a trained agent")
-    r.add_argument("queries", nargs="+", help="query texts")
+    r = sub.add_parser("reformulate", help="rewrite queries with a trained agent: texts given here, a file of "
+                       "queries or a collection's split")
+    r.add_argument("queries", nargs="*", help="query texts (or --queries FILE, or --split)")
     which = r.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", help="a trained checkpoint (over the collection it was trained on)")
     which.add_argument("--policy", help="a shipped policy's name, an exported policy folder or a checkpoint, "
                        "applied to the --data-dir collection (a BEIR folder; none: the embedded one)")
     r.add_argument("--data-dir", help="collection folder: with --checkpoint, if it moved since training")
     r.add_argument("--device", default="auto")
-    r.add_argument("--top-docs", type=int, default=10)
+    r.add_argument("--queries", metavar="FILE", dest="queries_file",
+                   help="a file of queries: a BEIR queries.jsonl, TREC topics, id<TAB>text lines or one query per "
+                        "line (ids: line numbers), plain or .gz; - reads standard input. Read and written in "
+                        "batches: any number of queries in constant memory")
+    r.add_argument("--queries-format", choices=("auto", "jsonl", "trec", "tsv", "lines"), default="auto",
+                   help="how to read --queries (default auto: by the name, else the first line)")
+    r.add_argument("--split", help="rewrite the queries of this split of the collection (train, dev, test)")
+    r.add_argument("--output", metavar="FILE",
+                   help="write one JSON object per query here (id, text, added terms with weights, the Lucene "
+                        "query, an Elasticsearch body, top documents with --top-docs), under a temporary name "
+                        "renamed when complete")
+    r.add_argument("--field", default="contents", help="the field of the Elasticsearch / OpenSearch body "
+                   "(default contents)")
+    r.add_argument("--clause", choices=("match", "term"), default="match",
+                   help="Elasticsearch clause per term: match (analyzed by the field's analyzer; default) or term")
+    r.add_argument("--top-docs", type=int, default=None,
+                   help="top documents per query (default 10 for queries given here, none for --queries / --split: "
+                        "the search is then skipped)")
+    r.add_argument("--batch-size", type=int, default=1024, help="queries per batch with --queries / --split")
     r.add_argument("--format", choices=("text", "json", "lucene"), default="text",
-                   help="text (default); json; lucene: one weighted query per line in Lucene query syntax "
-                        "(term^0.5), for Anserini / Pyserini / Elasticsearch")
+                   help="stdout: text (default); json; lucene: one weighted query per line in Lucene query syntax "
+                        "(term^0.5), for Anserini / Pyserini / Elasticsearch. With --queries / --split: json "
+                        "prints one record per line, lucene prints id<TAB>query (Anserini's topics format)")
     r.add_argument("--json", action="store_true", help="same as --format json")
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="with --policy: override a key of the policy's config (repeatable)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--debug", action="store_true")
 
     x = sub.add_parser("export", help="write a checkpoint's policy as policy.safetensors + policy.json (its spec) "
@@ -111,9 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _settings(items: list[str], flag: str = "--set") -> dict[str, object]:
+def _settings(items: list[str], flag: str = "--set") -> dict[str, str]:
     """SECTION.KEY=VALUE items (of ``flag``) as a dict."""
-    o: dict[str, object] = {}
+    o: dict[str, str] = {}
     for item in items:
         if "=" not in item:
             from adaptive_ir.common.errors import ConfigError
@@ -123,7 +145,7 @@ def _settings(items: list[str], flag: str = "--set") -> dict[str, object]:
     return o
 
 
-def _overrides(args) -> dict[str, object]:
+def _overrides(args) -> dict[str, str]:
     o = _settings(args.set)
     for flag, key in (("data_dir", "data.data_dir"), ("output_dir", "training.output_dir"),
                       ("device", "system.device"), ("seed", "system.seed"), ("epochs", "training.num_epochs"),
@@ -161,87 +183,36 @@ def cmd_train(args) -> int:
 
     from adaptive_ir.config import load_config
     from adaptive_ir.evaluation.metrics import format_table
-    from adaptive_ir.training.trainer import Trainer
+    from adaptive_ir.training.run import RefusedOnRankZero, names_folders, run_training
 
     overrides = _overrides(args)
     device = _init_distributed()
     if device is not None:
         overrides["system.device"] = device
-    results = run = None
     try:
         cfg = load_config(args.config, overrides)
-        claimed = _start_run(cfg, args)
-        if claimed is None:  # a DDP rank whose rank 0 was refused: rank 0 printed why
-            return 2
-        cfg, run, resume_from = claimed
-        try:
-            trainer = Trainer(cfg, resume=resume_from, progress=not args.no_progress,
-                              run=run.identity if run else None)
-            result = trainer.train()
-            if args.test and trainer.is_main and not result["interrupted"]:
-                results = trainer.test()  # rank 0 alone: every rank ends with the same parameters
-        except BaseException as e:
-            if run is not None:
-                run.finish_raised(e)
-            raise
+        trained = run_training(cfg, resume=args.resume, checkpoint=args.checkpoint, overwrite=args.overwrite,
+                               numbered=not names_folders(overrides), progress=not args.no_progress, test=args.test,
+                               announce=lambda note: print(note, flush=True))
+    except RefusedOnRankZero:  # rank 0 prints why
+        return 2
     finally:
         if device is not None:
             dist.destroy_process_group()
-    if not trainer.is_main:
+    if trained.run is None:  # a DDP rank other than 0: rank 0 reports
         return 0
+    cfg, result = trained.cfg, trained.result
     print(f"trained {result['updates']} updates; best dev {result['best_dev']:.4f} at update "
           f"{result['best_update']}; checkpoints in {cfg.training.checkpoint_path_dir}")
     if result["interrupted"]:
         print(f"interrupted: resume with --checkpoint {cfg.training.checkpoint_path_dir / 'last.pt'}")
-        return run.finish_trained(result, trainer.stop_signal)
-    if results is not None:
-        print(format_table(results, f"{trainer.ws.collection.name} / test"))
+        return trained.exit_code
+    if trained.test is not None:
+        print(format_table(trained.test, f"{trained.trainer.ws.collection.name} / test"))
         print(f"wrote {Path(cfg.training.output_dir) / 'test_metrics.json'}")
-    run.finish_trained(result, trainer.stop_signal)
-    print(f"run {run.record['id']} completed: results in {cfg.training.output_dir} "
+    print(f"run {trained.run.record['id']} completed: results in {cfg.training.output_dir} "
           "(run.json says what produced them)")
     return 0
-
-
-def _start_run(cfg, args):
-    """Claim the run's folders (rundir.py): (the config with the folders claimed, RunDir, checkpoint to resume
-    from). Under torchrun rank 0 claims them and the other ranks take the folders it chose, with RunDir None; they
-    get None when rank 0 was refused."""
-    import torch.distributed as dist
-
-    from adaptive_ir.common.errors import AdaptiveIRError
-    from adaptive_ir.training.rundir import LOCATION_KEYS, start_run
-
-    ddp = dist.is_available() and dist.is_initialized()
-    run = failure = None
-    if not ddp or dist.get_rank() == 0:
-        # folders named on the command line are taken as named; the config's own are numbered when taken
-        named = args.output_dir is not None or any(
-            item.partition("=")[0].strip() in {f"training.{k}" for k in LOCATION_KEYS} for item in args.set)
-        try:
-            run = start_run(cfg, resume=args.resume, checkpoint=args.checkpoint, overwrite=args.overwrite,
-                            numbered=not named)
-        except AdaptiveIRError as e:
-            failure = e
-    if not ddp:
-        if failure is not None:
-            raise failure
-        print(run.note, flush=True)
-        return run.cfg, run, run.resume_from
-    shared = [None, None]  # rank 0's folders (None: refused) and checkpoint to resume from
-    if run is not None:
-        shared = [{k: getattr(run.cfg.training, k) for k in LOCATION_KEYS}, run.resume_from]
-    dist.broadcast_object_list(shared, src=0)
-    if failure is not None:
-        raise failure
-    if shared[0] is None:
-        return None
-    if run is not None:
-        print(run.note, flush=True)
-        return run.cfg, run, run.resume_from
-    for k, v in shared[0].items():
-        setattr(cfg.training, k, v)
-    return cfg, None, shared[1]
 
 
 def cmd_evaluate(args) -> int:
@@ -252,20 +223,19 @@ def cmd_evaluate(args) -> int:
     from adaptive_ir.config import load_config
     from adaptive_ir.evaluation.metrics import format_table
 
-    policy = None
-    if args.policy is not None:
+    source, portable = args.checkpoint, args.policy is not None
+    if portable:
         if args.checkpoint is not None or args.config is not None:
             raise ConfigError(f"--policy {args.policy}: goes alone (its own config says how to index, mine and embed "
                               "the collection); drop --checkpoint / --config, and use --set to change a setting")
         overrides = _overrides(args)
-        cfg, path, state = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
-        policy = (path, state)
+        cfg, source = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
     elif args.config is None and args.checkpoint is not None:
         cfg = checkpoint_config(args.checkpoint, _overrides(args))  # the config it was trained with
     else:
         cfg = load_config(args.config or "quickstart", _overrides(args))
-    results, name, origin = evaluate_config(cfg, args.checkpoint, args.split, args.baselines, args.oracle,
-                                            args.run_dir, not args.no_progress, policy=policy)
+    results, name, origin = evaluate_config(cfg, source, args.split, args.baselines, args.oracle, args.run_dir,
+                                            not args.no_progress, portable=portable)
     if origin:
         print(origin, flush=True)
     table = format_table(results, f"{name} / {args.split}")
@@ -301,19 +271,40 @@ def cmd_compare(args) -> int:
 
 
 def cmd_reformulate(args) -> int:
+    import itertools
+
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.inference.queries import as_queries
     from adaptive_ir.inference.reformulate import Reformulator
 
     fmt = "json" if args.json else args.format
     if args.checkpoint and args.set:
-        from adaptive_ir.common.errors import ConfigError
         raise ConfigError("--set goes with --policy: a checkpoint is reformulated with the config it was trained with")
+    sources = [flag for flag, given in (("query texts", args.queries), ("--queries", args.queries_file),
+                                        ("--split", args.split)) if given]
+    if len(sources) != 1:
+        raise ConfigError("reformulate: give the queries one way: query texts, --queries FILE (- for stdin) or "
+                          f"--split NAME ({'got ' + ' and '.join(sources) if sources else 'none given'})")
+    if args.top_docs is not None and args.top_docs < 0:
+        raise ConfigError(f"--top-docs {args.top_docs}: expected 0 or more")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size}: expected a positive number")
+    if args.output and args.queries:
+        raise ConfigError("--output goes with --queries FILE or --split")
+    queries = None
+    if args.queries_file:  # read the first query now: a bad file is reported before the policy loads
+        queries = as_queries(args.queries_file, args.queries_format)
+        queries = itertools.chain([next(queries)], queries)
     ref = (Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir) if args.checkpoint else
            Reformulator.from_pretrained(args.policy, args.data_dir, device=args.device,
-                                        **{k: v for k, v in _overrides(args).items()
-                                           if k not in ("data.data_dir", "system.device")}))
+                                        # dotted --set settings, not from_pretrained's own parameters (progress)
+                                        **cast("dict[str, Any]", {k: v for k, v in _overrides(args).items()
+                                                                  if k not in ("data.data_dir", "system.device")})))
     # stdout stays pure JSON / queries with --format json / lucene: the checkpoint's origin then goes to stderr
-    print(ref.origin, file=sys.stderr if fmt != "text" else sys.stdout, flush=True)
-    results = ref.reformulate(args.queries, top_docs=args.top_docs)
+    print(ref.origin, file=sys.stderr if fmt != "text" or args.output else sys.stdout, flush=True)
+    if not args.queries:
+        return _reformulate_set(ref, args, fmt, queries)
+    results = ref.reformulate(args.queries, top_docs=10 if args.top_docs is None else args.top_docs)
     if fmt == "json":
         print(json.dumps(results, indent=1))
         return 0
@@ -329,6 +320,39 @@ def cmd_reformulate(args) -> int:
         print(f"rewritten: {r['rewritten']}")
         for rank, (doc, score) in enumerate(r["top_docs"], 1):
             print(f"  {rank:3d}. {doc}  {score:.4f}")
+    return 0
+
+
+def _reformulate_set(ref, args, fmt: str, queries) -> int:
+    """``reformulate --queries FILE`` / ``--split NAME``: records streamed to ``--output`` (JSON lines, renamed
+    into place when complete) or to stdout in ``fmt``."""
+    total = None
+    if queries is None:
+        queries = ref.split_queries(args.split)
+        total = len(queries)
+    records = ref.reformulate_file(queries, top_docs=args.top_docs or 0, field=args.field, clause=args.clause,
+                                   batch_size=args.batch_size, progress=not args.no_progress, total=total)
+    if args.output:
+        from adaptive_ir.inference.records import write_jsonl
+
+        n = write_jsonl(args.output, records)
+        print(f"wrote {n} rewrites to {args.output}", file=sys.stderr)
+        return 0
+    for r in records:
+        if fmt == "json":
+            print(json.dumps(r, ensure_ascii=False))
+        elif fmt == "lucene":
+            print(f"{r['id']}\t{r['lucene_query']}")
+        else:
+            print(f"id:        {r['id']}")
+            print(f"query:     {r['text']}")
+            if r["start_terms"]:
+                print(f"start:     the query + {', '.join(t['term'] for t in r['start_terms'])}")
+            added = ", ".join(f"{t['term']}^{t['weight']:.4g}" for t in r["added_terms"])
+            print(f"added:     {added or '(none: STOP)'}")
+            print(f"rewritten: {r['rewritten']}")
+            for rank, d in enumerate(r.get("top_docs", []), 1):
+                print(f"  {rank:3d}. {d['id']}  {d['score']:.4f}")
     return 0
 
 

@@ -25,22 +25,23 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from adaptive_ir.artifacts.checkpoint import init_policy_path, init_policy_sha256, load_checkpoint, load_compatible
-from adaptive_ir.common.amp import AmpContext
+from adaptive_ir.artifacts.checkpoint import init_policy_path, load_agent, load_checkpoint, read_state
 from adaptive_ir.common.errors import CheckpointError, ConfigError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
 from adaptive_ir.config import Config, config_from_dict, config_to_dict, resolve_device
 from adaptive_ir.evaluation.methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, per_query
 from adaptive_ir.evaluation.stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
-from adaptive_ir.rl.factory import build_agent
 from adaptive_ir.rl.workspace import Workspace
-from adaptive_ir.training.rundir import start_run
-from adaptive_ir.training.trainer import Trainer
+from adaptive_ir.training.run import run_training
+
+if TYPE_CHECKING:
+    from adaptive_ir.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ def seed_config(cfg: Config, seed: int, root: Path) -> Config:
 
 
 def _same_settings(cfg: Config, stored: dict, where: Path) -> None:
+    # the stored config is read as a config first: one saved before the seed project's keys left the schema
+    # holds them, and they are translated as on loading, not compared one by one
+    stored = config_to_dict(config_from_dict(stored, str(where)))
     ours, stored = json.loads(json.dumps(config_to_dict(cfg))), json.loads(json.dumps(stored))
     diff = [f"{section}.{key}: {value!r} there, {ours[section].get(key)!r} now"
             for section, keys in stored.items() for key, value in keys.items()
@@ -98,10 +102,11 @@ def _same_settings(cfg: Config, stored: dict, where: Path) -> None:
 
 
 def _same_source(cfg: Config, stored_sha256: str | None, where: Path) -> None:
-    """A seed that started from training.init_from is reused only while that file is the one it started from."""
-    now = init_policy_sha256(cfg)
-    if now is not None and now != stored_sha256:
-        raise ConfigError(f"{where} was trained from another policy than {init_policy_path(cfg)} holds now (its "
+    """A seed that started from training.init_from is reused only while that file is the one it started from
+    (the digest a run records is ``read_state``'s; a source that is missing now is not compared)."""
+    path = init_policy_path(cfg) if cfg.training.init_from else None
+    if path is not None and path.exists() and read_state(path)[1] != stored_sha256:
+        raise ConfigError(f"{where} was trained from another policy than {path} holds now (its "
                           "source run was trained again?); delete that seed's folder to train it from this one, or "
                           "pass another --output-dir")
 
@@ -122,33 +127,22 @@ def train_seed(cfg: Config, progress: bool) -> Trainer | None:
         _same_settings(cfg, state["config"], last)
         _same_source(cfg, state.get("init_from_sha256"), last)
     # the seed's folder is a run folder like any other: locked while it trains, run.json says what produced it
-    run = start_run(cfg, resume=last.is_file())
-    try:
-        trainer = Trainer(run.cfg, resume=run.resume_from, progress=progress, run=run.identity)
-        result = trainer.train()
-    except BaseException as e:
-        run.finish_raised(e)
-        raise
-    run.finish_trained(result, trainer.stop_signal)
-    if result["interrupted"]:
-        raise CompareInterrupted(cfg.system.seed, trainer.stop_signal)
-    atomic_write_json(done, {"config": config_to_dict(cfg), "result": result,
-                             "init_from_sha256": trainer.init_sha256})
-    return trainer
+    trained = run_training(cfg, resume=last.is_file(), progress=progress)
+    if trained.result["interrupted"]:
+        stop_signal = trained.trainer.stop_signal
+        assert stop_signal is not None, "Trainer.train: interrupted is stop_signal is not None"
+        raise CompareInterrupted(cfg.system.seed, stop_signal)
+    atomic_write_json(done, {"config": config_to_dict(cfg), "result": trained.result,
+                             "init_from_sha256": trained.trainer.init_sha256})
+    return trained.trainer
 
 
 def seed_agent(cfg: Config, trainer: Trainer | None, split: str, progress: bool):
-    """(workspace, agent, amp) of one seed's run with its best checkpoint loaded (the trainer's own workspace
-    when it just trained, else a new one that reads only ``split``'s judgments)."""
-    best = cfg.training.checkpoint_path_dir / "best.pt"
-    if trainer is not None:
-        ws, agent, amp = trainer.ws, trainer.agent, trainer.amp
-    else:
-        device = torch.device(resolve_device(cfg.system.device))
-        ws = Workspace(cfg, device, progress=progress, splits=(split,))
-        agent = build_agent(cfg, ws, device)
-        amp = AmpContext.of(device, cfg.training)
-    agent.core.load_state_dict(load_compatible(best, cfg, ws)["model"])
+    """(workspace, agent, amp) of one seed's run with its best checkpoint loaded, over the trainer's own workspace
+    when it just trained, else over a new one that reads only ``split``'s judgments."""
+    device = torch.device(resolve_device(cfg.system.device))
+    ws = trainer.ws if trainer is not None else Workspace(cfg, device, progress=progress, splits=(split,))
+    agent, amp, _ = load_agent(cfg.training.checkpoint_path_dir / "best.pt", cfg, ws, device)
     return ws, agent, amp
 
 
@@ -202,7 +196,7 @@ def compare(cfg: Config, seeds: list[int], split: str = "test", skip_train: bool
 def build_report(ev: Evaluated, n_permutations: int = N_PERMUTATIONS, seed: int = PERMUTATION_SEED) -> dict:
     """Means, spreads and paired tests of an evaluation (see the module docstring)."""
     n = len(ev.qids)
-    methods = {}
+    methods: dict[str, dict[str, Any]] = {}
     for m, per_seed in ev.values.items():
         spread = {k: mean_std([v[k].mean() for v in per_seed]) for k in METRIC_NAMES}
         methods[m] = {"deterministic": m != "agent", "mean": {k: s[0] for k, s in spread.items()},

@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from adaptive_ir.artifacts.checkpoint import agent_from_policy, policy_path, pretrained_config, read_policy
+from adaptive_ir.artifacts.checkpoint import load_agent, pretrained_config, read_state, resolve_policy
 from adaptive_ir.artifacts.spec import check_fits, policy_spec
-from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.evaluation.methods import evaluate_split
 from adaptive_ir.rl.workspace import Workspace
@@ -67,12 +66,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 def evaluate_ensemble(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(1)
     device = torch.device("cpu")
-    cfg, path, state = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
+    cfg, path = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
     ws = Workspace(cfg, device, progress=False, splits=(args.split,))
-    agent = agent_from_policy(path, state, cfg, ws, device)
+    agent, amp, _ = load_agent(path, cfg, ws, device, portable=True)
     cores = [agent.core]
     for member in args.member:
-        saved, _ = read_policy(policy_path(member))
+        saved, _ = read_state(resolve_policy(member, must_exist=True))
         check_fits(f"--member {member}", saved, policy_spec(cfg, ws), None,
                    "every member must have the first policy's inputs and network sizes")
         core = copy.deepcopy(agent.core)
@@ -81,7 +80,6 @@ def evaluate_ensemble(args: argparse.Namespace) -> dict[str, float]:
     ensemble = MeanProbabilities(cores).eval()
     agent.core = ensemble
     object.__setattr__(agent, "_local", ensemble)  # the rollout's forward (see Agent.compile_local)
-    amp = AmpContext.of(device, cfg.training)
     results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=False,
                              run_dir=Path(args.run_dir) if args.run_dir else None)
     print(json.dumps({"members": [str(path), *args.member], "split": args.split, **results["agent"]}))

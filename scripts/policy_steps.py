@@ -17,7 +17,8 @@ import json
 import numpy as np
 import torch
 
-from adaptive_ir.artifacts.checkpoint import agent_from_policy, load_for_inference, pretrained_config
+from adaptive_ir.artifacts.checkpoint import load_agent, pretrained_config
+from adaptive_ir.inference.reformulate import Reformulator
 from adaptive_ir.rl.factory import make_env
 from adaptive_ir.rl.rollout import greedy_actions, step_counters
 from adaptive_ir.rl.workspace import Workspace
@@ -39,11 +40,12 @@ def main() -> None:
     torch.set_num_threads(1)
     device = torch.device("cpu")
     if args.policy:
-        cfg, path, state = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
+        cfg, path = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
         ws = Workspace(cfg, device, progress=False, splits=(args.split,))
-        agent = agent_from_policy(path, state, cfg, ws, device)
+        agent = load_agent(path, cfg, ws, device, portable=True)[0]
     else:
-        cfg, ws, agent, _, _ = load_for_inference(args.checkpoint, "cpu", args.data_dir)
+        ref = Reformulator.load(args.checkpoint, "cpu", args.data_dir)
+        cfg, ws, agent = ref.cfg, ref.ws, ref.agent
         ws.load_split(args.split)
     qids, texts, _ = ws.collection.split(args.split)
     qids, texts = qids[: args.max_queries], texts[: args.max_queries]

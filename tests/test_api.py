@@ -66,6 +66,32 @@ def test_export_from_python(result, tmp_path):
     assert spec["origin"]["update"] == result.best_update and spec["spec"]["rl_agent.hidden_dim"] == 32
 
 
+
+def test_the_package_face_is_the_api_and_stays_so():
+    import subprocess
+    import sys
+
+    # a fresh interpreter: the submodules imported here must not rebind the package's names
+    code = ("import adaptive_ir, adaptive_ir.evaluation.metrics, adaptive_ir.api, adaptive_ir.artifacts.export, "
+            "adaptive_ir.inference.reformulate, sys\n"
+            "from adaptive_ir import api\n"
+            "assert type(adaptive_ir) is type(sys), type(adaptive_ir)\n"
+            "assert [getattr(adaptive_ir, n) for n in ('train', 'evaluate', 'evaluate_pretrained', 'export')] == "
+            "[api.train, api.evaluate, api.evaluate_pretrained, api.export]\n"
+            "from adaptive_ir.inference.reformulate import Reformulator\n"
+            "assert adaptive_ir.Reformulator is Reformulator and adaptive_ir.TrainResult is api.TrainResult\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert set(adaptive_ir.__all__) == {"train", "evaluate", "evaluate_pretrained", "export", "Reformulator",
+                                        "TrainResult", "__version__"}
+    # `import adaptive_ir` does not import the inference stage (Reformulator comes on first use)
+    light = subprocess.run([sys.executable, "-c", "import adaptive_ir, sys; "
+                            "print(any(m.startswith('adaptive_ir.inference') for m in sys.modules))"],
+                           capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "False"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        adaptive_ir.nothing  # noqa: B018
+
+
 def test_lucene_query_syntax():
     assert lucene_query([("hubble", 1.0), ("space", 1.0), ("orbit", 0.5)]) == "hubble space orbit^0.5"
     assert lucene_query([("a1", 1.0), ("a1", 1.0), ("x", 0.25)]) == "a1^2 x^0.25"  # a repeated word: summed

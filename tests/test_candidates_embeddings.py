@@ -676,8 +676,13 @@ def test_progress_logs_how_long_the_rest_will_take(monkeypatch, caplog):
         with progress.Progress(200, "tiny job", "doc", enabled=False) as bar:
             now[0] = 10.0
             bar.update(100)  # the rest takes well under LOG_AFTER_S: no log line
+        with progress.Progress(10_000, "mine candidates", "query", enabled=False) as bar:
+            now[0] = 12.0
+            bar.update(100)
     assert [r.getMessage() for r in caplog.records] == [
         "encode documents: 10000 docs at 50 docs/s (measured on the first 100): about 3 min 18 s for the "
+        "remaining 9900",
+        "mine candidates: 10000 queries at 50 queries/s (measured on the first 100): about 3 min 18 s for the "
         "remaining 9900"]
 
 

@@ -18,6 +18,7 @@ from adaptive_ir.data import make_default
 from adaptive_ir.evaluation import stats
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, bm25_run, evaluate_run, per_query
 from adaptive_ir.retrieval.retriever import Retriever
+from adaptive_ir.training import run as run_mod
 
 SEEDS = [1, 2]
 PERMUTATIONS = 2000
@@ -123,12 +124,12 @@ def test_a_second_run_reuses_finished_seeds_and_resumes_unfinished_ones(compared
     cfg, root, report, _ = compared
     resumed = []
 
-    class RecordingTrainer(cmp.Trainer):
+    class RecordingTrainer(run_mod.Trainer):
         def __init__(self, c, resume=None, progress=True, run=None):
             resumed.append((c.system.seed, resume))
             super().__init__(c, resume=resume, progress=progress, run=run)
 
-    monkeypatch.setattr(cmp, "Trainer", RecordingTrainer)
+    monkeypatch.setattr(run_mod, "Trainer", RecordingTrainer)
     (root / "seed-2" / cmp.DONE_FILE).unlink()  # as if seed 2 had been interrupted after its last checkpoint
     again, _ = cmp.compare(cfg, SEEDS, "test", progress=False, n_permutations=PERMUTATIONS)
     assert resumed == [(2, root / "seed-2" / "checkpoints" / "last.pt")]  # seed 1 is finished: not trained
@@ -255,3 +256,18 @@ def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_th
         assert set(runs) == {"bm25", "rm3", "rm3-feedback"}
         assert runs["rm3-feedback"] == rm3_run(ws.retriever, qids, texts, cfg.retrieval.top_k, fb_docs=5)
         assert runs["rm3-feedback"] != runs["rm3"]
+
+
+def test_a_seed_saved_before_the_seed_keys_left_the_schema_is_compared_by_its_settings(tmp_path):
+    """A finished seed's stored config from before the seed project's keys left the schema (an evaluation
+    section, rl_agent's PPO copies) is read as a config, so the same settings match and another value is named."""
+    from adaptive_ir.config import config_to_dict, load_config
+
+    cfg = load_config("quickstart", {"training.output_dir": str(tmp_path / "run")})
+    stored = config_to_dict(cfg)
+    stored["evaluation"] = {"metrics": []}
+    stored["rl_agent"] = {**stored["rl_agent"], "dropout": 0.0, "learning_rate": None, "embedding_dim": None}
+    cmp._same_settings(cfg, stored, tmp_path / "trained.json")
+    stored["training"] = {**stored["training"], "gamma": 0.5}
+    with pytest.raises(ConfigError, match=r"training\.gamma: 0\.5 there, 0\.99 now"):
+        cmp._same_settings(cfg, stored, tmp_path / "trained.json")

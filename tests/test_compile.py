@@ -8,9 +8,10 @@ import pytest
 import torch
 from helpers import query_world
 
+from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.rl.env import ReformulationEnv
 from adaptive_ir.rl.policy import Agent
-from adaptive_ir.rl.rollout import step_counters
+from adaptive_ir.rl.rollout import policy_step, step_counters
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,53 @@ def test_env_step_is_one_graph(world, mix):
     for name in ("terms", "weights", "chosen", "alive", "metric", "topk", "lanes"):
         torch.testing.assert_close(getattr(envs[1], name), getattr(envs[0], name))
     assert (envs[0].metric != 0).any()
+
+
+def whole_step_world(world):
+    """An agent, two envs in their fixed-shape mode (one for eager, one compiled), the episodes' inputs."""
+    qs = world.qs
+    torch.manual_seed(0)
+    agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=3, hidden_dim=16, num_heads=2, num_layers=0)
+    agent.use_tables(world.tables)
+    envs = [ReformulationEnv(qs, world.retriever.index, 3, 40, {"recall": 1.0}, compact=False) for _ in range(2)]
+    qidx = torch.arange(len(qs))
+    for e in envs:
+        e.reset(qidx)
+    return agent, envs, agent.episode_inputs(qs, envs[0].qidx)
+
+
+def test_a_whole_greedy_step_is_one_graph(world):
+    # the step of the evaluation and inference loops, policy forward, action choice and env step, in one graph:
+    # what a CUDA graph of a whole step needs
+    agent, envs, ep = whole_step_world(world)
+    amp = AmpContext(torch.device("cpu"), False)
+
+    def whole_step(env, step):
+        actions, logp, values = policy_step(agent, amp, ep, env, step, None)
+        reward, done = env.step(actions)
+        return actions, logp, values, reward, done
+
+    compiled = torch.compile(whole_step, fullgraph=True, backend="eager")
+    for step in step_counters(envs[0], len(world.qs)):
+        for a, b in zip(compiled(envs[1], step), whole_step(envs[0], step)):
+            torch.testing.assert_close(a, b)
+    torch.testing.assert_close(envs[1].metric, envs[0].metric)
+
+
+@pytest.mark.xfail(raises=torch._dynamo.exc.Unsupported, strict=True,
+                   reason="Dynamo cannot trace a torch.Generator argument (torch.rand(generator=...)), so the sampled "
+                          "step breaks the graph at the Gumbel noise: training.compile compiles the forward and the env "
+                          "step as two graphs and samples eagerly between them")
+def test_a_whole_sampled_step_is_one_graph(world):
+    agent, envs, ep = whole_step_world(world)
+    amp, gen = AmpContext(torch.device("cpu"), False), torch.Generator().manual_seed(0)
+
+    def whole_step(env, step):
+        actions, logp, values = policy_step(agent, amp, ep, env, step, gen)
+        return env.step(actions)
+
+    compiled = torch.compile(whole_step, fullgraph=True, backend="eager")
+    compiled(envs[1], step_counters(envs[1], len(world.qs))[0])
 
 
 def test_config_switch_compiles_the_rollout(tmp_path, monkeypatch):

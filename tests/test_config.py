@@ -39,12 +39,51 @@ def error_of(path: str, overrides: dict | None = None) -> str:
 # --- the seed config -----------------------------------------------------------------------------------------
 
 
+# the seed's keys that are not ours: each is mapped onto one of ours, or dropped (SEED_DROPPED)
+SEED_NAMES = {
+    "candidate_mining.top_k_docs": "candidate_mining.top_k0",
+    "rl_agent.num_attention_heads": "rl_agent.num_heads",
+    "rl_agent.num_encoder_layers": "rl_agent.num_layers",
+    "rl_agent.embedding_dim": "embeddings.embedding_dim",
+    "rl_agent.embedding_type": "embeddings.type",
+    **{f"rl_agent.{key}": f"training.{key}" for key in ("learning_rate", "gamma", "gae_lambda", "clip_epsilon",
+                                                         "entropy_coef", "value_loss_coef", "max_grad_norm")},
+    "rl_agent.num_ppo_epochs": "training.ppo_epochs",
+    "rl_agent.mini_batch_size": "training.batch_size",
+}
+SEED_DROPPED = {"candidate_mining.enabled", "candidate_mining.cache_size", "rl_agent.enabled", "rl_agent.dropout",
+                "rl_agent.use_pretrained_embeddings", "rrf_fusion.enabled", "rrf_fusion.method", "training.pin_memory",
+                "training.prefetch_factor", "training.embedding_cache_size", "training.search_cache_size",
+                "evaluation.metrics", *(f"bert_reranker.{key}" for key in ("enabled", "model_name", "batch_size",
+                                                                           "max_length", "top_k_rerank", "use_fp16"))}
+"""Accepted (checked, and reported where they ask for what this engine does not do), then left out of the Config."""
+
+
+def assert_lands(cfg: Config, dotted: str, value) -> None:
+    """The seed's ``dotted: value`` is in ``cfg`` under our name, or dropped from it."""
+    if dotted in SEED_DROPPED:
+        section, key = dotted.split(".")
+        assert key not in config_to_dict(cfg).get(section, {}), dotted
+        return
+    section, key = SEED_NAMES.get(dotted, dotted).split(".")
+    got = getattr(getattr(cfg, section), key)
+    if dotted == "candidate_mining.methods":
+        assert got == ["bm25_contrib" if m == "bm25" else m for m in value]
+    else:
+        assert got == value, dotted
+
+
 def test_seed_config_every_key_lands_in_the_dataclass():
     cfg = load_config(str(SEED))
     raw = yaml.safe_load(SEED.read_text())
     for section, body in raw.items():
         for key, value in body.items():
-            assert getattr(getattr(cfg, section), key) == value, f"{section}.{key}"
+            assert_lands(cfg, f"{section}.{key}", value)
+
+
+def test_the_schema_holds_none_of_the_seeds_keys():
+    ours = {f"{section}.{key}" for section, keys in config_to_dict(Config()).items() for key in keys}
+    assert not ours & (set(SEED_NAMES) | SEED_DROPPED)
 
 
 def test_seed_config_spot_values():
@@ -53,7 +92,8 @@ def test_seed_config_spot_values():
     assert cfg.data.dataset_type == "msa" and cfg.data.data_dir == "../Query Reformulator"
     assert cfg.embeddings.type == "legacy" and cfg.embeddings.embedding_dim == 500 and cfg.embeddings.freeze is False
     assert cfg.candidate_mining.methods == ["tfidf", "bm25_contrib"]
-    assert cfg.rl_agent.hidden_dim == 256 and cfg.rl_agent.num_layers == 2 and cfg.rl_agent.dropout == 0.1
+    assert cfg.rl_agent.hidden_dim == 256 and cfg.rl_agent.num_layers == 2
+    assert "dropout" not in config_to_dict(cfg)["rl_agent"]  # reported as not applied, then dropped
     assert cfg.rl_agent.num_query_variants == 4
     assert cfg.retrieval.bm25_k1 == 0.9 and cfg.retrieval.bm25_b == 0.4
     assert cfg.training.reward_weights == {"recall": 0.7, "mrr": 0.3}
@@ -72,14 +112,6 @@ def test_seed_config_warns_about_unused_keys(caplog):
     assert text.count("training.pin_memory/prefetch_factor: not used") == 1
 
 
-# the seed's other two configs: keys it spells differently, each mapped to ours
-SEED_NAMES = {
-    "candidate_mining.top_k_docs": "candidate_mining.top_k0",
-    "rl_agent.num_attention_heads": "rl_agent.num_heads",
-    "rl_agent.num_encoder_layers": "rl_agent.num_layers",
-}
-
-
 @pytest.mark.parametrize("name", ["msa_config", "msa_quick_test"])
 def test_seed_other_configs_every_key_is_used_or_mapped(name, caplog):
     path = CONFIG_DIR / f"{name}.yaml"
@@ -88,13 +120,7 @@ def test_seed_other_configs_every_key_is_used_or_mapped(name, caplog):
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     for section, body in raw.items():
         for key, value in body.items():
-            dotted = f"{section}.{key}"
-            ours_section, ours_key = SEED_NAMES.get(dotted, dotted).split(".")
-            got = getattr(getattr(cfg, ours_section), ours_key)
-            if dotted == "candidate_mining.methods":
-                assert got == ["bm25_contrib" if m == "bm25" else m for m in value]
-            else:
-                assert got == value, dotted
+            assert_lands(cfg, f"{section}.{key}", value)
     assert "evaluation.metrics: not used" in caplog.text and f"{path}:" in caplog.text
     assert "recall@20 (R@20)" in caplog.text and "recall@10 (R@10)" not in caplog.text
 
@@ -208,7 +234,7 @@ def test_training_wins_over_rl_agent_with_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         cfg = load_config(path)
     assert cfg.training.learning_rate == pytest.approx(3e-4) and cfg.training.ppo_epochs == 4
-    assert cfg.rl_agent.learning_rate == cfg.training.learning_rate  # the copies never disagree after loading
+    assert "learning_rate" not in config_to_dict(cfg)["rl_agent"]  # one copy after loading: training's
     assert "rl_agent.learning_rate=0.001" in caplog.text and "training.learning_rate=0.0003" in caplog.text
     assert "rl_agent.num_ppo_epochs=8" in caplog.text and "training.ppo_epochs=4" in caplog.text
     assert path in caplog.text
@@ -316,7 +342,7 @@ def test_out_of_range_rejected(tmp_path, key, value):
 
 def test_zero_allowed_where_it_means_off(tmp_path):
     cfg = load_config(write(tmp_path, "training: {early_stopping_patience: 0, search_cache_size: 0}\n"))
-    assert cfg.training.early_stopping_patience == 0 and cfg.training.search_cache_size == 0
+    assert cfg.training.early_stopping_patience == 0 and "search_cache_size" not in config_to_dict(cfg)["training"]
 
 
 @pytest.mark.parametrize("text,key", [
@@ -447,6 +473,18 @@ def test_dict_round_trip(name, caplog):
     assert caplog.records == []  # warnings were shown when the file was loaded
 
 
+@pytest.mark.parametrize("policy", sorted((CONFIG_DIR.parent / "policies").glob("*/policy.json")),
+                         ids=lambda p: p.parent.name)
+def test_stored_configs_holding_the_seeds_keys_load_silently(policy, caplog):
+    # written when the schema still held the seed's aliases, PPO duplicates and unused keys
+    stored = json.loads(policy.read_text(encoding="utf-8"))["config"]
+    with caplog.at_level(logging.WARNING):
+        cfg = config_from_dict(stored)
+    assert caplog.records == []
+    assert all(stored[section][key] == value for section, keys in config_to_dict(cfg).items()
+               for key, value in keys.items() if key in stored.get(section, {}))
+
+
 def test_dict_round_trip_is_validated():
     d = config_to_dict(load_config("quickstart"))
     d["training"]["batch_size"] = 0
@@ -489,11 +527,25 @@ def test_seed_reward_cache_and_dropout_are_reported_as_not_applied(caplog):
         cfg = load_config("msa_optimized_gpu")
     assert "msa_optimized_gpu.yaml:98: training.search_cache_size: not used" in caplog.text
     assert "msa_optimized_gpu.yaml:39: rl_agent.dropout: 0.1 is not applied" in caplog.text
-    assert cfg.training.search_cache_size == 10000 and cfg.rl_agent.dropout == 0.1 and cfg.training.compile is False
+    stored = config_to_dict(cfg)
+    assert "search_cache_size" not in stored["training"] and "dropout" not in stored["rl_agent"]
+    assert cfg.training.compile is False
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         load_config("quickstart")  # dropout 0.0, no cache key: nothing to report
     assert "dropout" not in caplog.text and "search_cache_size" not in caplog.text
+
+
+def test_the_unused_metrics_warning_names_the_reported_measures():
+    from adaptive_ir.config.seed import REPORTED_METRICS
+    from adaptive_ir.evaluation.metrics import METRIC_NAMES
+
+    assert list(REPORTED_METRICS) == METRIC_NAMES
+
+
+def test_reward_terms_are_the_weights_or_the_reward_metric_alone():
+    assert load_config("msa_optimized_gpu").reward_terms == {"recall": 0.7, "mrr": 0.3}
+    assert load_config("quickstart", {"retrieval.reward_metric": "mrr"}).reward_terms == {"mrr": 1.0}
 
 
 def test_expansion_weights_are_the_action_space_and_may_not_repeat():

@@ -1,6 +1,6 @@
 """What a wheel carries and how it installs: configs and shipped policies inside the package (a bare config name
 resolves from any directory), true dependency ranges with the benchmark-only packages in an extra, ``--version``,
-the license, and the CI script (the README's test command verbatim, then ruff)."""
+the license, and the CI script (the README's test command verbatim, then ruff, the layers contract and mypy)."""
 
 from __future__ import annotations
 
@@ -88,11 +88,14 @@ def test_dependency_ranges_and_extras():
     assert "adaptive-ir[bench]" in extras["test"] and any(d.startswith("ruff") for d in extras["test"])
 
 
-def test_ci_runs_the_readme_test_command_verbatim_then_ruff():
+def test_ci_runs_the_readme_test_command_verbatim_then_the_checks():
     readme = (ROOT / "README.md").read_text()
     command = re.search(r"^(bash scripts/setup\.sh test && python -m pytest .*?)\s+#", readme, re.M)[1].strip()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert command in ci and ci.index(command) < ci.index("python -m ruff check .")
+    checks = ["python -m ruff check .", "lint-imports", "python -m mypy"]
+    assert command in ci and all(ci.index(command) < ci.index(c) for c in checks)
+    extras = {re.split(r"[<>=]", d)[0] for d in PYPROJECT["project"]["optional-dependencies"]["test"]}
+    assert {"ruff", "import-linter", "mypy"} <= extras
 
 
 def test_jax_stays_off_the_gpu_when_bm25s_calls_it_on_import(tmp_path):

@@ -20,6 +20,7 @@ import torch
 from helpers import default_collection, tiny_config
 from torch import nn
 
+import adaptive_ir.training.run as run_mod
 import adaptive_ir.training.trainer as trainer_mod
 from adaptive_ir import cli
 from adaptive_ir.artifacts.checkpoint import load_checkpoint
@@ -307,7 +308,7 @@ def test_cuda_oom_prints_the_advice_and_exits_2(tmp_path, monkeypatch, capsys):
         def __init__(self, *a, **k):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(trainer_mod, "Trainer", OOMTrainer)
+    monkeypatch.setattr(run_mod, "Trainer", OOMTrainer)
     rc = cli.main(["train", "--config", "quickstart", "--output-dir", str(tmp_path), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2

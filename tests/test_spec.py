@@ -14,7 +14,7 @@ from helpers import tiny_config
 from test_cli_errors import assert_clean_error, run_cli
 from test_reliability import write_beir_from_default
 
-from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_policy
+from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_state
 from adaptive_ir.artifacts.export import SHIPPED_DIR, read_export, shipped_policies
 from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits
 from adaptive_ir.cli import main
@@ -213,9 +213,9 @@ def test_a_card_names_the_command_of_the_run_while_its_folder_still_holds_that_r
 
 
 def test_the_general_policies_share_one_spec_and_say_what_they_were_trained_on():
-    general, digest = read_policy(SHIPPED_DIR / "general")  # checksums verified
-    tuned, _ = read_policy(SHIPPED_DIR / "general-nfcorpus")
-    joint, _ = read_policy(SHIPPED_DIR / "general-joint")
+    general, digest = read_state(SHIPPED_DIR / "general")  # checksums verified
+    tuned, _ = read_state(SHIPPED_DIR / "general-nfcorpus")
+    joint, _ = read_state(SHIPPED_DIR / "general-joint")
     assert tuned["spec"] == general["spec"] == joint["spec"]
     assert tuned["config"]["training"]["init_from"] == "general" and tuned["origin"]["init_from_sha256"] == digest
     assert tuned["data"] != general["data"]  # WikiCAR, then NFCorpus
@@ -236,7 +236,7 @@ def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
             cfg.system.seed = seed
             path = init_policy_path(cfg)
             assert path == SHIPPED_DIR / f"nfcorpus{index}-seed-{seed}"
-            policy, digest = read_policy(path)  # checksum verified
+            policy, digest = read_state(path)  # checksum verified
             spec = policy["spec"]
             assert all(spec[k] == v for k, v in _config_keys(cfg).items())
             assert spec["features"] == [*cfg.candidate_mining.methods, "mean_score", "log_df", "fb_doc_fraction",

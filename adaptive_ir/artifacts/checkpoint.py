@@ -1,10 +1,18 @@
-"""Checkpoints on disk: save, load, the compatibility check, and an agent rebuilt from one for inference.
+"""Checkpoints on disk, and the one way a saved policy becomes an agent.
 
 A checkpoint is one ``torch.save`` dict (model, optimizer, scheduler, AMP scaler, random generators, sampler,
 counters, the full config, the policy's ``spec`` and the ``data`` identity of its collection (``spec.py``), and
 ``run``: the identity of the run that wrote it, see ``rundir.py``) written atomically, plus a ``<name>.json`` sidecar
 holding its sha256. Files written before run identities or specs were recorded have no ``run`` / ``spec`` key and
 still load (checked by the config keys they store).
+
+* writing: ``save_checkpoint``;
+* reading: ``read_state`` (a checkpoint or an exported folder, with its sha256), ``load_checkpoint`` (a checkpoint
+  file's state), ``resolve_policy`` (a path, or a shipped policy's name), ``describe_origin`` (where it came from);
+* loading: ``load_compatible`` (a checkpoint checked to fit a config and collection: resume, test) and
+  ``load_agent`` (the agent of a checkpoint or, ``portable``, of a policy applied elsewhere: evaluate, reformulate,
+  compare, the scripts), with ``pretrained_config`` (the config a policy is applied to a collection with);
+* ``training.init_from``: ``init_policy_path``, ``require_init_policy``, ``load_policy_from``.
 
 The trainer (the loop) and the reformulator (inference) both import from here, never from each other.
 """
@@ -13,16 +21,17 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from adaptive_ir.artifacts.export import SHIPPED_DIR, SPEC, WEIGHTS, read_export, shipped_policies
+from adaptive_ir.artifacts.export import SHIPPED_DIR, SPEC, read_export, shipped_policies
 from adaptive_ir.artifacts.spec import check_fits, data_identity, policy_spec
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
-from adaptive_ir.config import Config, build_config, config_from_dict, resolve_device
+from adaptive_ir.config import Config, build_config
 from adaptive_ir.rl.factory import build_agent
 from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.workspace import Workspace
@@ -56,120 +65,29 @@ def _sidecar(side: Path) -> dict:
 
 RESUME_ADVICE = ("use the config it was trained with (its own is stored in it: adaptive-ir reformulate reads it), "
                  "or start a new run")
+"""How each refusal of ``check_fits`` ends: a checkpoint under another config (resume, evaluate, compare), ..."""
+DATA_DIR_ADVICE = "pass --data-dir with the collection it was trained on"
+"""... a checkpoint under its own config (reformulate, export): only its collection can differ, ..."""
+POLICY_ADVICE = "the policy's own config sets them (adaptive-ir evaluate --policy uses it): drop those --set flags"
+"""... a policy applied to another collection (evaluate / reformulate --policy), ..."""
+INIT_ADVICE = "set those keys as the source policy had them, or start from a fresh policy (training.init_from: null)"
+"""... and the policy a run starts from (training.init_from)."""
 
 
-def load_compatible(path: str | Path, cfg: Config, ws: Workspace) -> dict:
-    """A checkpoint whose policy spec and data identity fit ``cfg`` over ``ws`` (resume, evaluate, test), else
-    CheckpointError naming every key that differs (``spec.check_fits``)."""
-    s = load_checkpoint(path)
-    check_fits(str(path), s, policy_spec(cfg, ws), data_identity(ws), RESUME_ADVICE)
-    return s
-
-
-def init_policy_path(cfg: Config) -> Path:
-    """training.init_from with ``{seed}`` replaced by system.seed: a checkpoint, an exported policy folder, or, when
-    no such path exists, the name of a policy shipped with the package (``adaptive_ir/policies/<name>``)."""
-    return resolve_policy(cfg.training.init_from.replace("{seed}", str(cfg.system.seed)))
-
-
-def resolve_policy(value: str | Path) -> Path:
-    """``value`` as a path, or, when no such path exists, the shipped policy of that name if there is one."""
-    path = Path(value)
-    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / str(value) / SPEC).is_file():
-        return SHIPPED_DIR / str(value)
-    return path
-
-
-def policy_path(value: str | Path) -> Path:
-    """A policy named on the command line: a checkpoint, an exported policy folder, or the name of a shipped one."""
-    path = resolve_policy(value)
-    if not path.exists():
-        raise CheckpointError(f"policy {value}: no such checkpoint or exported policy folder, and no shipped policy "
-                              f"has that name (shipped: {', '.join(shipped_policies()) or 'none'})")
-    return path
-
-
-PRETRAINED_SPLIT_SEED = 42
-"""The seed that carves dev from train on a collection a policy is applied to (``--set data.split_seed`` changes
-it): fixed, so that every policy is scored on the same queries, which the training seed stored in each policy's
-config would otherwise choose; 42 is the shipped configs' seed, so the carve is that of their training runs."""
-
-
-def pretrained_config(policy: str | Path, data_dir: str | None = None,
-                      overrides: dict[str, object] | None = None) -> tuple[Config, Path, dict]:
-    """(config, path, policy) to apply a trained policy to a collection it may never have seen: the policy's own
-    config (index, miner, embedder, network: what its weights mean), its data section replaced by ``data_dir``
-    (a BEIR folder; None: the embedded default collection; dev carved with PRETRAINED_SPLIT_SEED), caches under
-    ``runs/pretrained/<collection>``, then the settings the policy is applied with (an export's ``apply``), then
-    ``overrides`` (``--set``). The collection is indexed, mined and embedded on first use, and cached."""
-
-    path = policy_path(policy)
-    state, _ = read_policy(path)
-    raw = json.loads(json.dumps(state["config"]))  # a copy
-    raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir,
-                   "split_seed": PRETRAINED_SPLIT_SEED}
-    raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
-                           init_from=None, log_dir=None, checkpoint_dir=None)
-    raw["embeddings"]["cache_dir"] = None
-    cfg = build_config(raw, f"policy {path}", {**state.get("apply", {}), **(overrides or {})})
-    return cfg, path, state
-
-
-def agent_from_policy(path: str | Path, state: dict, cfg: Config, ws: Workspace, device: torch.device) -> Agent:
-    """The agent of a policy (checkpoint or export), checked to fit ``cfg`` over ``ws`` by its spec only: a policy
-    may move between collections (``spec.py``)."""
-    check_fits(f"policy {path}", state, policy_spec(cfg, ws), None,
-               "the policy's own config sets them (adaptive-ir evaluate --policy uses it): drop those --set flags")
-    agent = build_agent(cfg, ws, device)
-    agent.core.load_state_dict(state["model"])
-    agent.eval()
-    return agent
-
-
-def require_init_policy(cfg: Config) -> Path:
-    """The training.init_from path, or CheckpointError when there is none (checked before any precompute)."""
-    path = init_policy_path(cfg)
-    if not path.exists():
-        raise CheckpointError(f"training.init_from: {path} not found, and no shipped policy has that name (shipped: "
-                              f"{', '.join(shipped_policies()) or 'none'}); train the source run first (e.g. "
-                              f"adaptive-ir compare --config <source> --seeds {cfg.system.seed}), or point init_from "
-                              "at a checkpoint or an exported policy folder")
-    return path
-
-
-def read_policy(path: str | Path) -> tuple[dict, str]:
-    """A checkpoint (``.pt``) or an exported policy folder, and the sha256 of the file its weights were read from."""
+# ---------------------------------------------------------------------------------------------- reading
+def read_state(path: str | Path) -> tuple[dict, str]:
+    """A checkpoint (``.pt``) or an exported policy folder as a state dict (``model``, ``config``, ``spec``, ...),
+    and the sha256 of the file its weights were read from (checked against the one recorded beside it)."""
     path = Path(path)
-    return read_export(path) if path.is_dir() else read_checkpoint(path)
-
-
-def init_policy_sha256(cfg: Config) -> str | None:
-    """sha256 of the training.init_from weights as they are now (None without init_from, or when it is missing): a
-    run records the one it started from, and ``compare`` refuses to reuse a seed that started from another."""
-    path = init_policy_path(cfg) if cfg.training.init_from else None
-    if path is None or not path.exists():
-        return None
-    return sha256(((path / WEIGHTS) if path.is_dir() else path).read_bytes())
-
-
-def load_policy_from(cfg: Config, ws: Workspace) -> tuple[dict, str]:
-    """The policy of ``training.init_from`` and the sha256 of the bytes it was read from, checked to fit ``cfg``'s
-    policy over ``ws`` (the collection may differ: the embeddings, the candidate features and the network sizes may
-    not)."""
-    path = require_init_policy(cfg)
-    s, digest = read_policy(path)
-    check_fits(f"training.init_from: {path}", s, policy_spec(cfg, ws), None,
-               "set those keys as the source policy had them, or start from a fresh policy (training.init_from: null)")
-    return s, digest
+    return read_export(path) if path.is_dir() else _read_checkpoint(path)
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    return read_checkpoint(path)[0]
+    """A checkpoint file's state (``read_state`` without the digest, and no exported folder)."""
+    return _read_checkpoint(Path(path))[0]
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict, str]:
-    """A checkpoint and the sha256 of the bytes it was read from (checked against its sidecar when there is one)."""
-    path = Path(path)
+def _read_checkpoint(path: Path) -> tuple[dict, str]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path.resolve()}")
     data = path.read_bytes()
@@ -186,6 +104,19 @@ def read_checkpoint(path: str | Path) -> tuple[dict, str]:
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not an adaptive-ir checkpoint of format {CHECKPOINT_FORMAT}")
     return state, digest
+
+
+def resolve_policy(value: str | Path, *, must_exist: bool = False) -> Path:
+    """``value`` as a path, or, when no such path exists, the shipped policy of that name if there is one.
+    ``must_exist``: CheckpointError, naming the shipped policies, when neither exists (a policy named by the
+    user)."""
+    path = Path(value)
+    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / str(value) / SPEC).is_file():
+        return SHIPPED_DIR / str(value)
+    if must_exist and not path.exists():
+        raise CheckpointError(f"policy {value}: no such checkpoint or exported policy folder, and no shipped policy "
+                              f"has that name (shipped: {', '.join(shipped_policies()) or 'none'})")
+    return path
 
 
 def describe_origin(path: str | Path, state: dict) -> str:
@@ -205,19 +136,91 @@ def describe_origin(path: str | Path, state: dict) -> str:
             f"config {run['config_fingerprint']}, code {commit}), update {update}")
 
 
-def load_for_inference(checkpoint: str | Path, device: str = "auto", data_dir: str | None = None):
-    """(config, workspace, agent, amp, state) rebuilt from a checkpoint, ready to reformulate; ``state`` is the
-    checkpoint itself (its ``run`` and ``counters`` say where it came from)."""
-    state = load_checkpoint(checkpoint)
-    cfg = config_from_dict(state["config"])
-    cfg.system.device = device
-    if data_dir:
-        cfg.data.data_dir = data_dir
-    dev = torch.device(resolve_device(device))
-    ws = Workspace(cfg, dev, progress=False)
-    check_fits(str(checkpoint), state, policy_spec(cfg, ws), data_identity(ws),
-               "pass --data-dir with the collection it was trained on")
-    agent = build_agent(cfg, ws, dev)
+# ---------------------------------------------------------------------------------------------- loading an agent
+def load_compatible(path: str | Path, cfg: Config, ws: Workspace, advice: str = RESUME_ADVICE) -> dict:
+    """A checkpoint whose policy spec and data identity fit ``cfg`` over ``ws`` (resume, evaluate, test), else
+    CheckpointError naming every key that differs (``spec.check_fits``) and ending with ``advice``."""
+    s = load_checkpoint(path)
+    check_fits(str(path), s, policy_spec(cfg, ws), data_identity(ws), advice)
+    return s
+
+
+def load_agent(source: str | Path, cfg: Config, ws: Workspace, device: torch.device, *, portable: bool = False,
+               advice: str | None = None) -> tuple[Agent, AmpContext, str]:
+    """(agent, its AMP context, where its weights came from as one line) of ``source``, in eval mode: what
+    evaluate, reformulate, compare and the scripts run.
+
+    By default ``source`` is a checkpoint checked to fit ``cfg`` over ``ws``, its collection included
+    (``load_compatible``; ``advice`` defaults to RESUME_ADVICE). ``portable``: a policy applied to a collection it
+    may never have seen (``pretrained_config``), a checkpoint or an exported folder, checked by its spec alone
+    (``advice`` defaults to POLICY_ADVICE)."""
+    if portable:
+        state, _ = read_state(source)
+        check_fits(f"policy {source}", state, policy_spec(cfg, ws), None, advice or POLICY_ADVICE)
+    else:
+        state = load_compatible(source, cfg, ws, advice or RESUME_ADVICE)
+    agent = build_agent(cfg, ws, device)
     agent.core.load_state_dict(state["model"])
     agent.eval()
-    return cfg, ws, agent, AmpContext.of(dev, cfg.training), state
+    return agent, AmpContext.of(device, cfg.training), describe_origin(source, state)
+
+
+PRETRAINED_SPLIT_SEED = 42
+"""The seed that carves dev from train on a collection a policy is applied to (``--set data.split_seed`` changes
+it): fixed, so that every policy is scored on the same queries, which the training seed stored in each policy's
+config would otherwise choose; 42 is the shipped configs' seed, so the carve is that of their training runs."""
+
+
+def pretrained_config(policy: str | Path, data_dir: str | None = None,
+                      overrides: Mapping[str, object] | None = None) -> tuple[Config, Path]:
+    """(config, path) to apply a trained policy (a shipped policy's name, an exported folder or a checkpoint) to a
+    collection it may never have seen: the policy's own config (index, miner, embedder, network: what its weights
+    mean), its data section replaced by ``data_dir`` (a BEIR folder; None: the embedded default collection; dev
+    carved with PRETRAINED_SPLIT_SEED), caches under ``runs/pretrained/<collection>``, then the settings the policy
+    is applied with (an export's ``apply``), then ``overrides`` (``--set``). The collection is indexed, mined and
+    embedded on first use, and cached. ``load_agent(path, ..., portable=True)`` loads the policy."""
+    path = resolve_policy(policy, must_exist=True)
+    state, _ = read_state(path)
+    raw = json.loads(json.dumps(state["config"]))  # a copy
+    raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir,
+                   "split_seed": PRETRAINED_SPLIT_SEED}
+    raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
+                           init_from=None, log_dir=None, checkpoint_dir=None)
+    raw["embeddings"]["cache_dir"] = None
+    cfg = build_config(raw, f"policy {path}", {**state.get("apply", {}), **(overrides or {})})
+    return cfg, path
+
+
+# ---------------------------------------------------------------------------------------------- training.init_from
+def init_policy_path(cfg: Config) -> Path:
+    """training.init_from with ``{seed}`` replaced by system.seed: a checkpoint, an exported policy folder, or, when
+    no such path exists, the name of a policy shipped with the package (``adaptive_ir/policies/<name>``)."""
+    init_from = cfg.training.init_from
+    assert init_from is not None, "called only when training.init_from is set"
+    return resolve_policy(init_from.replace("{seed}", str(cfg.system.seed)))
+
+
+def require_init_policy(cfg: Config) -> Path:
+    """The training.init_from path, or CheckpointError when there is none (checked before any precompute)."""
+    path = init_policy_path(cfg)
+    if not path.exists():
+        raise CheckpointError(f"training.init_from: {path} not found, and no shipped policy has that name (shipped: "
+                              f"{', '.join(shipped_policies()) or 'none'}); train the source run first (e.g. "
+                              f"adaptive-ir compare --config <source> --seeds {cfg.system.seed}), or point init_from "
+                              "at a checkpoint or an exported policy folder")
+    return path
+
+
+def load_policy_from(cfg: Config, ws: Workspace) -> tuple[dict, str]:
+    """The policy of ``training.init_from`` and the sha256 of the bytes it was read from, checked to fit ``cfg``'s
+    policy over ``ws`` (the collection may differ: the embeddings, the candidate features and the network sizes may
+    not)."""
+    path = require_init_policy(cfg)
+    s, digest = read_state(path)
+    check_fits(f"training.init_from: {path}", s, policy_spec(cfg, ws), None, INIT_ADVICE)
+    return s, digest
+
+
+__all__ = ["CHECKPOINT_FORMAT", "DATA_DIR_ADVICE", "PRETRAINED_SPLIT_SEED", "describe_origin", "init_policy_path",
+           "load_agent", "load_checkpoint", "load_compatible", "load_policy_from", "pretrained_config", "read_state",
+           "require_init_policy", "resolve_policy", "save_checkpoint"]

@@ -51,6 +51,8 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
 def run_command(run: dict | None) -> str | None:
     """The command line that made the run, read from its folder's ``run.json`` while that folder still holds this
     run (None otherwise): the program's own name, then its arguments."""
+    if run is None:
+        return None
     try:
         record = json.loads((Path(run["dir"]) / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, TypeError):

@@ -10,10 +10,13 @@ from torch import nn
 
 
 class AmpSettings(Protocol):
-    """What an AmpContext is made from (``config.TrainingConfig`` has both fields)."""
+    """What an AmpContext is made from (``config.TrainingConfig`` has both fields). Read-only members, so a
+    narrower type (TrainingConfig's ``Literal`` amp_dtype) fits."""
 
-    use_amp: bool
-    amp_dtype: str
+    @property
+    def use_amp(self) -> bool: ...
+    @property
+    def amp_dtype(self) -> str: ...
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 class AdaptiveIRError(Exception):
     """A problem the user can fix. The CLI prints the message (no traceback) and exits with status 2."""
@@ -21,8 +19,9 @@ class CheckpointError(AdaptiveIRError):
     """A checkpoint is missing, corrupt or belongs to an incompatible configuration."""
 
 
-def where(path: str | Path, line: int | None = None, key: str | None = None) -> str:
-    """Format a location as ``file:line`` or ``file (key 'x')`` for error messages."""
+def where(path: object, line: int | None = None, key: str | None = None) -> str:
+    """Format a location as ``file:line`` or ``file (key 'x')`` for error messages. `path` is anything whose
+    ``str`` names the file: a str, a Path, or a zip member (`adaptive_ir.data.lines.ZipPath`)."""
     loc = str(path)
     if line is not None:
         loc += f":{line}"

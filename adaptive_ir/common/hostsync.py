@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from typing import Literal
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -77,7 +78,7 @@ class SyncDetector:
             m.__enter__()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         for m in reversed(self._modes):
             m.__exit__(*exc)
         return False

@@ -16,10 +16,12 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from types import ModuleType
+from typing import Any, BinaryIO
 
 import numpy as np
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows
@@ -128,6 +130,7 @@ def file_lock(path: str | Path, shared: bool = False):
         os.close(fd)
         yield
         return
+    assert fcntl is not None  # _can_lock
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
@@ -142,6 +145,7 @@ def try_lock(path: str | Path) -> BinaryIO | None:
     f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
     if not _can_lock():
         return f
+    assert fcntl is not None  # _can_lock
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -166,7 +170,9 @@ def save_arrays(folder: str | Path, arrays: dict[str, np.ndarray], meta: dict) -
     """
     folder = Path(folder)
     buf = io.BytesIO()
-    np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+    # Any: a dict of arrays unpacked as **kwds would also be matched against savez's allow_pickle: bool
+    contiguous: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    np.savez(buf, **contiguous)
     data = buf.getvalue()
     with file_lock(folder / ".lock"):
         atomic_write_bytes(folder / "arrays.npz", data)
@@ -228,7 +234,7 @@ def load_or_compute_rows(folder: str | Path, meta: dict, rows: int, part_rows: i
         for lo in range(0, rows, part_rows):
             hi = min(rows, lo + part_rows)
             part, hit = load_or_compute(folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]},
-                                        lambda lo=lo, hi=hi: compute(lo, hi), f"{what}, rows {lo}-{hi}")
+                                        functools.partial(compute, lo, hi), f"{what}, rows {lo}-{hi}")
             resumed += (hi - lo) * hit
             parts.append(part)
         if resumed:

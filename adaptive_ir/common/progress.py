@@ -13,6 +13,7 @@ import logging
 import resource
 import sys
 import time
+from typing import Literal
 
 from tqdm.auto import tqdm
 
@@ -28,6 +29,11 @@ def duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
     return f"{seconds:.1f} s"
+
+
+def plural(noun: str) -> str:
+    """The plural of a progress unit ("query" → "queries", "doc" → "docs")."""
+    return noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
 
 
 class Progress:
@@ -49,8 +55,9 @@ class Progress:
             rate = n / max(time.perf_counter() - self.start, 1e-9)
             if left / rate < LOG_AFTER_S:
                 return
-            log.info("%s: %d %ss at %.0f %ss/s (measured on the first %d): about %s for the remaining %d",
-                     self.desc, self.total, self.unit, rate, self.unit, n, duration(left / rate), left)
+            units = plural(self.unit)
+            log.info("%s: %d %s at %.0f %s/s (measured on the first %d): about %s for the remaining %d",
+                     self.desc, self.total, units, rate, units, n, duration(left / rate), left)
 
     def close(self) -> None:
         self.bar.close()
@@ -58,7 +65,7 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         self.close()
         return False
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 from adaptive_ir.common.errors import DataError
 from adaptive_ir.data.beir import BEIR_URL, load_beir
@@ -90,7 +91,8 @@ def _load(data_cfg, seed: int, splits: Iterable[str] | None, corpus: Corpus | No
     if kind == "msmarco":
         return load_msmarco(root, data_cfg.dev_fraction, seed, splits=splits, corpus=corpus)
     dataset, corpus_file = _hdf5_pair(root, kind)
-    return load_hdf5(dataset, corpus_file, name=kind, splits=splits, corpus=corpus)
+    # `corpus` is the corpus of this same data, loaded by an earlier call: for these types an HDF5Corpus
+    return load_hdf5(dataset, corpus_file, name=kind, splits=splits, corpus=cast("HDF5Corpus | None", corpus))
 
 
 def _data_dir(data_cfg) -> Path:

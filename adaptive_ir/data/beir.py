@@ -76,8 +76,8 @@ def _required(folder: PathLike, name: str) -> PathLike:
 def _load_beir_root(root: PathLike, dev_fraction: float, seed: int, name: str, splits, corpus) -> Collection:
     corpus = corpus or TextFileCorpus(_required(root, "corpus.jsonl"))
     queries = read_queries(_required(root, "queries.jsonl"))
-    qrels_files = {s: _plain_or_gz(root / "qrels", f"{s}.tsv") for s in SPLIT_ORDER}
-    qrels_files = {s: p for s, p in qrels_files.items() if p is not None}
+    found = {s: _plain_or_gz(root / "qrels", f"{s}.tsv") for s in SPLIT_ORDER}
+    qrels_files = {s: p for s, p in found.items() if p is not None}
     if not qrels_files:
         raise DataError(f"{root / 'qrels'}: no train.tsv, dev.tsv or test.tsv (plain or .gz); a BEIR folder needs "
                         "at least one")

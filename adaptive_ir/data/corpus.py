@@ -71,7 +71,9 @@ class Corpus:
 
     def doc_positions(self, ids: Iterable[str]) -> np.ndarray:
         """Corpus positions (int64) of document ids; -1 for an id not in the corpus."""
-        return self.doc_ids.positions(ids)
+        doc_ids = self.doc_ids
+        assert isinstance(doc_ids, _IdLookup)  # a corpus whose ids are a plain list overrides this method
+        return doc_ids.positions(ids)
 
     def _iter_docs(self) -> Iterator[tuple[str, str]]:
         """(title, text) of every document in corpus order."""
@@ -102,7 +104,7 @@ class Corpus:
         return (self.num_docs == other.num_docs and list(self.doc_ids) == list(other.doc_ids)
                 and all(a == b for a, b in zip(self.iter_doc_texts(), other.iter_doc_texts())))
 
-    __hash__ = None
+    # unhashable: a class that defines __eq__ and no __hash__ gets __hash__ = None
 
 
 class MemoryCorpus(Corpus):

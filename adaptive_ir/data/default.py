@@ -87,7 +87,10 @@ def make_default_with_oracle(seed: int = 13, **spec) -> tuple[Collection, dict[s
     doc_ids = [f"D{i:05d}" for i in range(len(doc_sub))]
     members = [[doc_ids[i] for i in np.flatnonzero(doc_sub == k)] for k in range(n_sub)]
 
-    queries, qrels, oracle, used = {}, {}, {}, set()
+    queries: dict[str, dict[str, str]] = {}
+    qrels: dict[str, dict[str, dict[str, int]]] = {}
+    oracle: dict[str, list[str]] = {}
+    used: set[tuple[int, frozenset[str]]] = set()
     for split, count in s.split_sizes:
         queries[split], qrels[split] = {}, {}
         while len(queries[split]) < count:
@@ -111,10 +114,11 @@ class _PseudoWords:
     """Draws pseudo-words that were never drawn before."""
 
     def __init__(self, rnd: random.Random):
-        self.rnd, self.taken = rnd, set()
+        self.rnd = rnd
+        self.taken: set[str] = set()
 
     def take(self, n: int) -> list[str]:
-        out = []
+        out: list[str] = []
         while len(out) < n:
             syllables = self.rnd.randint(2, 3)
             word = "".join(self.rnd.choice(_ONSETS) + self.rnd.choice(_VOWELS) for _ in range(syllables))

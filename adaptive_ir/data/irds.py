@@ -81,7 +81,8 @@ def load_ir_datasets(
 
     first_id = next(iter(ids.values()))
     corpus = IrDatasetsCorpus(next(iter(datasets.values())), first_id)
-    queries, qrels = {}, {}
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, dict[str, int]]] = {}
     for split, ds in datasets.items():
         for q in ds.queries_iter():
             queries[q.query_id] = getattr(q, "text", None) or getattr(q, "title", None) or ""  # TrecQuery: title

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, cast
 
 from adaptive_ir.common.errors import DataError, where
 from adaptive_ir.data.corpus import Corpus
@@ -66,7 +66,8 @@ def open_binary(path: PathLike) -> IO[bytes]:
         raw = path.open("rb")
     except OSError as e:
         raise DataError(f"{path}: cannot open ({e})") from e
-    return _GzipOwning(raw) if path.name.endswith(".gz") else raw
+    # a GzipFile has every method of IO[bytes] the readers use; typeshed does not declare it one
+    return cast(IO[bytes], _GzipOwning(raw)) if path.name.endswith(".gz") else raw
 
 
 class _GzipOwning(gzip.GzipFile):
@@ -83,7 +84,7 @@ class _GzipOwning(gzip.GzipFile):
             self._raw.close()
 
 
-def decode_line(path: PathLike, lineno: int, raw: bytes) -> str:
+def decode_line(path: PathLike | str, lineno: int, raw: bytes) -> str:
     """One line as text without its newline; invalid UTF-8 is an error naming the line and the fix."""
     try:
         line = raw.decode("utf-8").rstrip("\r\n")
@@ -120,7 +121,7 @@ def lines(path: PathLike) -> Iterator[tuple[int, str]]:
 _JSON = json.JSONDecoder()
 
 
-def json_object(path: PathLike, lineno: int, line: str) -> dict:
+def json_object(path: PathLike | str, lineno: int, line: str) -> dict:
     """One line of a JSON-lines file as an object."""
     try:
         obj = _JSON.decode(line)
@@ -131,7 +132,7 @@ def json_object(path: PathLike, lineno: int, line: str) -> dict:
     return obj
 
 
-def json_str(obj: dict, keys: tuple[str, ...], path: PathLike, lineno: int, required: bool) -> str:
+def json_str(obj: dict, keys: tuple[str, ...], path: PathLike | str, lineno: int, required: bool) -> str:
     """The first of `keys` present in `obj`, as a string ('' for null); ids may be integers."""
     for key in keys:  # a plain loop: this runs three times per corpus line
         if key in obj:
@@ -188,6 +189,7 @@ def read_queries(path: PathLike, topic_fields: tuple[str, ...] = ("title",)) -> 
     (`<top><num> Number: 301 <title> ...`) or the XML topics of TREC 2009+ (`<topic number="1"><query> ...`;
     `topic_fields` picks which of title/desc/narr make the query; in XML title is `<query>` or `<title>`)."""
     rows = lines(path)
+    parsed: Iterator[tuple[int, str, str]]
     if is_jsonl(path):
         parsed = (
             (n, json_str(o, _QUERY_ID_KEYS, path, n, True), json_str(o, _QUERY_TEXT_KEYS, path, n, False))
@@ -211,7 +213,7 @@ def read_queries(path: PathLike, topic_fields: tuple[str, ...] = ("title",)) -> 
     return queries
 
 
-def _tsv_queries(path: PathLike, rows: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
+def _tsv_queries(path: PathLike | str, rows: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
     for lineno, line in rows:
         qid, tab, text = line.partition("\t")
         if not tab:
@@ -227,7 +229,8 @@ _BLOCK_START = re.compile(r"(?=<top>|<topic\b)", re.IGNORECASE)
 _FIELD_ALIASES = {"query": "title", "description": "desc", "narrative": "narr"}  # XML topics' names for SGML's
 
 
-def _trec_topics(path: PathLike, rows: Iterable[tuple[int, str]], fields: tuple[str, ...]):
+def _trec_topics(path: PathLike | str, rows: Iterable[tuple[int, str]], fields: tuple[str, ...]
+                 ) -> Iterator[tuple[int, str, str]]:
     """Yield (line of the opening tag, qid, text) for each `<top>...</top>` (SGML) or `<topic number="N">...
     </topic>` (XML) block of a TREC topics file. A block left open is an error: it would drop a topic silently."""
     block: list[str] = []
@@ -250,7 +253,7 @@ def _trec_topics(path: PathLike, rows: Iterable[tuple[int, str]], fields: tuple[
         raise DataError(f"{where(path, start)}: this topic has no {closing} (the file ends inside it); close it")
 
 
-def _topic(path: PathLike, start: int, text: str, xml: bool, fields: tuple[str, ...]) -> tuple[str, str]:
+def _topic(path: PathLike | str, start: int, text: str, xml: bool, fields: tuple[str, ...]) -> tuple[str, str]:
     """(qid, query text) of one topic block."""
     tags: dict[str, str] = {}
     for tag, value in _TOPIC_TAG.findall(text):
@@ -258,7 +261,9 @@ def _topic(path: PathLike, start: int, text: str, xml: bool, fields: tuple[str, 
         tag = _FIELD_ALIASES.get(tag.lower(), tag.lower()) if xml else tag.lower()
         tags.setdefault(tag, _TOPIC_LABEL.sub("", " ".join(value.split())))
     if xml:
-        number = _XML_NUMBER.search(_XML_TOPIC.search(text).group(1))
+        opening = _XML_TOPIC.search(text)
+        assert opening is not None  # an XML block starts at the line its <topic ...> tag was found on
+        number = _XML_NUMBER.search(opening.group(1))
         tags["num"] = number.group(1) if number else tags.get("num", "")
     if not tags.get("num"):
         raise DataError(f"{where(path, start)}: topic without a {'number=' if xml else '<num>'} number")

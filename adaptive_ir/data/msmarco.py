@@ -44,7 +44,7 @@ def load_msmarco(
     if not wanted_files:
         raise DataError(f"{path}: MS MARCO has train (with a carved dev) and test splits, not {list(wanted)}")
     # only the wanted splits' queries are read: queries.train.tsv holds 808k queries a test run never needs
-    queries = {}
+    queries: dict[str, str] = {}
     for split, filename in (("train", "queries.train.tsv"), ("test", "queries.dev.tsv")):
         if split in wanted_files:
             queries |= read_queries(path / filename)

@@ -41,7 +41,8 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
     k = cfg.retrieval.top_k
     variants = cfg.rl_agent.num_query_variants
     gen = torch.Generator(qs.terms.device).manual_seed(seed)
-    runs, added = [], [[] for _ in range(len(qs))]
+    runs: list[Run] = []
+    added: list[list[str]] = [[] for _ in range(len(qs))]
     l0 = qs.terms.shape[1]
     vocab = ws.retriever.vocab.surface
     for v in range(variants):

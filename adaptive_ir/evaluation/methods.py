@@ -95,7 +95,7 @@ def best_method(runs: dict[str, Run], names: list[str], qrels: dict[str, dict[st
     """The one of ``names`` whose run has the higher mean SELECTION_METRIC (the first, on a tie)."""
     by = [ir_measures.parse_measure(SELECTION_METRIC)]
     score = {m: evaluate_run(qrels, drop_excluded(runs[m], excluded), by, qids)[SELECTION_METRIC] for m in names}
-    return max(score, key=score.get)
+    return max(score, key=score.__getitem__)
 
 
 def has_split(ws: Workspace, split: str) -> bool:
@@ -132,13 +132,14 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
             chosen = best_method(on_dev, list(on_dev), dqrels, ws.collection.excluded_docs(DEV_SPLIT), dqids)
             runs[DEV_CHOSEN + chosen] = fixed[chosen]
     if agent is not None:
+        assert amp is not None  # an agent is evaluated with its precision context
         qs, tables = ws.query_set(split, qids, texts, None)  # the agent never sees qrels at evaluation
         runs["agent"], _ = agent_run(cfg, ws, agent, amp, qs, tables)
     if oracle:
         qs, _ = ws.query_set(split, qids, texts, qrels)
         rc = cfg.retrieval
         runs["oracle"] = oracle_run(qs, ws.retriever.index, ws.retriever.doc_ids, cfg.rl_agent.max_steps_per_episode,
-                                    rc.reward_k, cfg.training.reward_weights or {rc.reward_metric: 1.0},
+                                    rc.reward_k, cfg.reward_terms,
                                     rc.levels, top_k)
     return qids, qrels, {name: drop_excluded(run, excluded) for name, run in runs.items()}
 

@@ -37,6 +37,7 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
             env.step(torch.where(take, slot, m))  # the others stop
             if not take.any():
                 break
+        assert env.terms is not None  # set by reset
         out_t.append(env.terms.clone())
         out_w.append(env.weights.clone())
     return torch.cat(out_t), torch.cat(out_w)

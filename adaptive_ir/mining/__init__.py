@@ -1,0 +1,8 @@
+"""What is computed once per collection before any episode: the candidate expansion terms of every query, mined
+from its feedback documents on a thread pool and cached (``candidates``), and the embeddings of queries and
+candidate terms (``embeddings``: LSA, sentence-transformers, the seed's word2vec), cached by content."""
+
+from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
+from adaptive_ir.mining.embeddings import EmbeddingCache, encode_corpus, make_embedder
+
+__all__ = ["CandidateMiner", "CandidateSet", "EmbeddingCache", "encode_corpus", "make_embedder", "mine_cached"]

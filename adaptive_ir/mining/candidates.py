@@ -56,7 +56,7 @@ from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.feedback import FeedbackRows, SemanticFeedback, feedback_documents, relevance_model
-from adaptive_ir.retrieval.index import idf_lucene
+from adaptive_ir.retrieval.index import lucene_idf
 from adaptive_ir.retrieval.retriever import Retriever
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class CandidateMiner:
         """Depth of each query's own BM25 ranking kept in ``CandidateSet.first`` (0: none)."""
         corpus = retriever.corpus
         df = corpus.document_frequency()
-        self.idf = idf_lucene(df, corpus.num_docs)
+        self.idf = lucene_idf(df, corpus.num_docs, exact=False).astype(np.float32)
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
         self.df = df
         self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
@@ -212,6 +212,7 @@ class CandidateMiner:
     def _preview(self, query_terms, ranking, terms, scale) -> np.ndarray:
         """(Q, M, 3 · levels) float32: the effect preview (``kernels.effect_preview``) of each candidate at each
         level (× ``scale`` (Q, M), the candidates' own weights, when given)."""
+        assert self.preview_levels is not None  # only called with a preview configured
         n, m = terms.shape
         ids, weights = (t.cpu().numpy() for t in self.r.index.pad(query_terms))
         levels = np.broadcast_to(np.asarray(self.preview_levels, np.float32), (n, m, len(self.preview_levels)))

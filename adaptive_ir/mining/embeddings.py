@@ -144,12 +144,15 @@ class SentenceTransformerEmbedder:
     @property
     def dim(self) -> int:
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        return int(get_dim())
+        dim = get_dim()
+        assert dim is not None  # a sentence-embedding model has a fixed dimension
+        return int(dim)
 
     def encode(self, texts: list[str], max_tokens: int | None = None) -> np.ndarray:
         """Unit vectors of ``texts``, each read up to ``max_tokens`` tokens (None: the model's own limit)."""
         limit = self.model.max_seq_length
         if max_tokens is not None:
+            assert limit is not None  # a sentence-transformers text model has a token limit
             self.model.max_seq_length = min(limit, max_tokens)
         try:
             vecs = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
@@ -290,8 +293,9 @@ class EmbeddingCache:
         distinct = list(dict.fromkeys(texts))
         if not distinct:
             return np.zeros((0, embedder.dim), np.float32)
-        meta = {"texts": sha256(json.dumps(distinct).encode("utf-8")), "rows": len(distinct)}
-        entry = None if self.folder is None or not store else self.folder / f"table-{meta['texts'][:24]}"
+        digest = sha256(json.dumps(distinct).encode("utf-8"))
+        meta = {"texts": digest, "rows": len(distinct)}
+        entry = None if self.folder is None or not store else self.folder / f"table-{digest[:24]}"
         arrays, hit = load_or_compute(entry, meta, lambda: {"vectors": embedder.encode(distinct)}, "embeddings",
                                       valid=lambda a: a["vectors"].shape == (len(distinct), embedder.dim))
         vectors = arrays["vectors"]
@@ -379,6 +383,7 @@ def make_embedder(kind: str, path: str | None, corpus: CorpusTerms, analyzer: An
     """The configured provider (see the module docstring); ``cache_dir`` and ``corpus_key`` keep an LSA fit."""
     if kind == "lsa":
         return LSAEmbedder(corpus, analyzer, dim=dim or 128, seed=seed, cache_dir=cache_dir, corpus_key=corpus_key)
+    emb: SentenceTransformerEmbedder | LegacyWord2VecEmbedder
     if kind == "sentence-transformers":
         emb = SentenceTransformerEmbedder(path, batch_size=batch_size, device=device)
     elif kind == "legacy":

@@ -179,10 +179,11 @@ class _StandardTable:
                 if not word or word in stop:
                     i = -1
                 else:
-                    i = words.get(word)
-                    if i is None:
-                        i = words[word] = len(out)
+                    known = words.get(word)
+                    if known is None:
+                        known = words[word] = len(out)
                         out.append(word)
+                    i = known
                 self[token] = i
                 return i
 
@@ -313,7 +314,7 @@ class CorpusTerms:
         terms, surface = table.terms(), None
         if stems is not None:
             terms, surface = list(stems.ids), stems.surface(terms)
-        table = stems = None  # freed before the final vocabulary dict is made: one big dict at a time
+        del table, stems  # freed before the final vocabulary dict is made: one big dict at a time
         distinct = _concat(parts.pop("distinct"))
         indptr = np.zeros(len(distinct) + 1, dtype=np.int64)
         np.cumsum(distinct, out=indptr[1:])

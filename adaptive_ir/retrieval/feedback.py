@@ -91,7 +91,7 @@ def top_terms(row_matrix: sp.csr_matrix, q: int, n: int, order: Sequence[int] | 
 
 
 def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int = 10, orig_weight: float = 0.5,
-                tie_order: list[Sequence[int]] | None = None, unit_query: bool = False
+                tie_order: Sequence[Sequence[int]] | None = None, unit_query: bool = False
                 ) -> tuple[list[list[int]], list[list[float]]]:
     """RM3 expanded queries: orig_weight · (query term counts, L1-normalised) + (1 − orig_weight) · RM1
     pruned to its ``fb_terms`` heaviest terms and L1-normalised. Returns (term ids, weights) per query.
@@ -172,4 +172,7 @@ def feedback_documents(retriever: Retriever, query_terms: list[list[int]], k: in
         ranking = retriever.rankings(query_terms, depth)
     ranking = ranking[:, :depth]
     scores, idx = key_scores(ranking).numpy(), key_docs(ranking).numpy()
-    return (scores, idx) if semantic is None else semantic.rerank(query_vectors, scores, idx, k)
+    if semantic is None:
+        return scores, idx
+    assert query_vectors is not None  # checked above
+    return semantic.rerank(query_vectors, scores, idx, k)

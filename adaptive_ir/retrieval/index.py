@@ -18,6 +18,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -83,10 +84,15 @@ def best_distinct(keys: torch.Tensor, k: int, copies: int) -> torch.Tensor:
     return torch.nn.functional.pad(best[:, :k], (0, k - min(k, best.shape[1])), value=-1)
 
 
-def lucene_idf_bm25s(df: np.ndarray, num_docs: int) -> np.ndarray:
-    """Lucene's IDF per term as bm25s computes it: ``math.log(1 + (N - df + .5)/(df + .5))`` in double precision,
-    stored as float32 (0 for a term that occurs nowhere). Evaluated once per distinct df, so it is cheap and
-    bit-identical to bm25s."""
+def lucene_idf(df: np.ndarray, num_docs: int, exact: bool = True) -> np.ndarray:
+    """Lucene's IDF per term, ``log(1 + (N - df + .5)/(df + .5))``, the one formula every part of the index uses.
+
+    ``exact``: in double precision stored as float32 (0 for a term that occurs nowhere), as bm25s and Lucene's
+    ``BM25Similarity`` (N: documents with a token) compute it; evaluated once per distinct df with ``math.log``,
+    so it is cheap and bit-identical to bm25s. Otherwise vectorised in df's own precision (``log1p``): the miner's
+    tf-idf feature and the Okapi rescale take it in float32, and the shipped policies were trained on those bits."""
+    if not exact:
+        return np.log1p((num_docs - df + 0.5) / (df + 0.5))
     uniq, inverse = np.unique(np.asarray(df, dtype=np.int64), return_inverse=True)
     values = np.array([math.log(1 + (num_docs - d + 0.5) / (d + 0.5)) if d else 0.0 for d in uniq.tolist()],
                       dtype=np.float32)
@@ -100,7 +106,7 @@ def _okapi_rescale(df: np.ndarray, num_docs: int, k1: float, epsilon: float) -> 
     negative idf' replaced by epsilon·mean(idf') as rank-bm25 does. The tf part is shared, so the factor is
     (k1+1)·idf'/idf and the impacts stay exactly bm25s'.
     """
-    idf_lucene = np.log1p((num_docs - df + 0.5) / (df + 0.5))
+    idf_lucene = lucene_idf(df, num_docs, exact=False)
     idf_okapi = np.log((num_docs - df + 0.5) / (df + 0.5))
     seen = df > 0  # rank-bm25 only knows terms that occur
     floor = epsilon * idf_okapi[seen].mean() if seen.any() else 0.0
@@ -124,7 +130,7 @@ class BM25Weights:
     def from_df(cls, df: np.ndarray, num_docs: int, k1: float, b: float, avgdl: float, idf: str,
                 epsilon: float) -> BM25Weights:
         factor = _okapi_rescale(df.astype(np.float32), num_docs, k1, epsilon) if idf == "okapi" else None
-        return cls(k1, b, avgdl, lucene_idf_bm25s(df, num_docs), factor)
+        return cls(k1, b, avgdl, lucene_idf(df, num_docs), factor)
 
     def impacts(self, terms: np.ndarray, tf: np.ndarray, doc_len: np.ndarray) -> np.ndarray:
         """float32 impacts of postings (term id, count, length of its document): the numbers in ``BM25Index.data``.
@@ -176,8 +182,7 @@ class LuceneWeights:
 
     @classmethod
     def from_df(cls, df: np.ndarray, doc_count: int, k1: float, b: float, avgdl: float) -> LuceneWeights:
-        df = np.asarray(df, np.float64)
-        idf = np.where(df > 0, np.log(1 + (doc_count - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+        idf = lucene_idf(df, doc_count)
         k1_, b_, avgdl_ = np.float32(k1), np.float32(b), np.float32(avgdl)
         cache = np.float32(1) / (k1_ * ((np.float32(1) - b_) + b_ * LENGTH_TABLE.astype(np.float32) / avgdl_))
         return cls(k1, b, avgdl, idf, cache.astype(np.float32))
@@ -428,9 +433,9 @@ class BM25Index:
         meta = json.loads(params.read_text())
         if meta.get("format") != _FORMAT:
             raise DataError(f"{params}: unknown index format {meta.get('format')!r}; rebuild the index")
-        mode = "r" if mmap else None
-        arrays = [np.load(folder / f"{n}.npy", mmap_mode=mode) for n in ("data", "indices", "indptr")]
-        return cls(*arrays, num_docs=meta["num_docs"], meta=meta)
+        mode: Literal["r"] | None = "r" if mmap else None
+        data, indices, indptr = [np.load(folder / f"{n}.npy", mmap_mode=mode) for n in ("data", "indices", "indptr")]
+        return cls(data, indices, indptr, num_docs=meta["num_docs"], meta=meta)
 
 
 def _weights(df: np.ndarray, meta: dict) -> BM25Weights | LuceneWeights:
@@ -461,10 +466,5 @@ def _place_block(corpus: CorpusTerms, weights: BM25Weights | LuceneWeights, d0: 
     heads[sorted_terms[starts]] += run
 
 
-def idf_lucene(df: np.ndarray, num_docs: int) -> np.ndarray:
-    """Lucene's IDF, log(1 + (N - df + 0.5)/(df + 0.5)); used for candidate features."""
-    return np.log1p((num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
-
-
-__all__ = ["BM25Index", "IDF_VARIANTS", "POSITIVE_KEY", "SCORINGS", "LuceneWeights", "best_distinct", "idf_lucene", "key_docs",
-           "key_scores", "length_norm_byte", "lucene_idf_bm25s", "ranking_keys", "touched_topk"]
+__all__ = ["BM25Index", "IDF_VARIANTS", "POSITIVE_KEY", "SCORINGS", "LuceneWeights", "best_distinct", "key_docs",
+           "key_scores", "length_norm_byte", "lucene_idf", "ranking_keys", "touched_topk"]

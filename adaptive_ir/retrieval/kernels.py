@@ -156,7 +156,7 @@ def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk,
 
 
 @njit(inline="always")
-def _holds(doc_terms: np.ndarray, lo: np.int64, hi: np.int64, t: np.int64) -> bool:
+def _holds(doc_terms: np.ndarray, lo: np.int64, hi: np.int64, t: np.int64) -> bool | np.bool_:
     """Whether the ascending ``doc_terms[lo:hi]`` (e.g. one document's distinct terms, one query's relevant documents) holds term ``t``."""
     end = hi
     while lo < hi:

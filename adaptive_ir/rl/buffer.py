@@ -33,15 +33,14 @@ class RolloutBuffer:
 
     def __init__(self, steps: int, episodes: int, num_candidates: int, device: str | torch.device):
         shape = (steps, episodes)
-        kw = {"device": device}
-        self.qidx = torch.zeros(shape, dtype=torch.long, **kw)
-        self.chosen = torch.zeros((*shape, num_candidates), dtype=torch.bool, **kw)
-        self.actions = torch.zeros(shape, dtype=torch.long, **kw)
-        self.logprobs = torch.zeros(shape, **kw)
-        self.values = torch.zeros(shape, **kw)
-        self.rewards = torch.zeros(shape, **kw)
-        self.terminated = torch.zeros(shape, dtype=torch.bool, **kw)
-        self.alive = torch.zeros(shape, dtype=torch.bool, **kw)
+        self.qidx = torch.zeros(shape, dtype=torch.long, device=device)
+        self.chosen = torch.zeros((*shape, num_candidates), dtype=torch.bool, device=device)
+        self.actions = torch.zeros(shape, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(shape, device=device)
+        self.values = torch.zeros(shape, device=device)
+        self.rewards = torch.zeros(shape, device=device)
+        self.terminated = torch.zeros(shape, dtype=torch.bool, device=device)
+        self.alive = torch.zeros(shape, dtype=torch.bool, device=device)
 
     @property
     def nbytes(self) -> int:

@@ -98,7 +98,7 @@ class QuerySet:
         weights = None if query_weights is None else np.zeros((q, width), np.float32)
         for i, t in enumerate(query_terms):
             terms[i, : len(t)] = t
-            if weights is not None:
+            if weights is not None and query_weights is not None:  # both or neither
                 if len(query_weights[i]) != len(t):
                     raise ValueError(f"query {qids[i]}: {len(query_weights[i])} weights for {len(t)} terms")
                 weights[i, : len(t)] = query_weights[i]
@@ -115,16 +115,16 @@ class QuerySet:
         if exclude.shape != (q,):
             raise ValueError(f"exclude_docs must have one entry per query ({q}), got shape {exclude.shape}")
         valid = cands.valid
-        t = lambda a, dt=None: torch.as_tensor(a, dtype=dt).to(device)  # noqa: E731
-        return cls(qids=list(qids), terms=t(terms), cand_terms=t(np.where(valid, cands.terms, pad_id)),
-                   cand_valid=t(valid), cand_rows=t(term_rows, torch.long),
-                   cand_feats=t(cands.features, torch.float32), q_rows=t(q_rows, torch.long),
-                   rel_indptr=t(rel_indptr), rel_docs=t(rel_docs), n_rel=t(n_rel, torch.float32),
-                   cand_weight=t(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
-                                 torch.float32),
-                   exclude_docs=t(exclude),
-                   first_keys=None if cands.first is None or weights is not None else t(cands.first),
-                   term_weights=None if weights is None else t(weights))
+        tt = lambda a, dt=None: torch.as_tensor(a, dtype=dt).to(device)  # noqa: E731
+        return cls(qids=list(qids), terms=tt(terms), cand_terms=tt(np.where(valid, cands.terms, pad_id)),
+                   cand_valid=tt(valid), cand_rows=tt(term_rows, torch.long),
+                   cand_feats=tt(cands.features, torch.float32), q_rows=tt(q_rows, torch.long),
+                   rel_indptr=tt(rel_indptr), rel_docs=tt(rel_docs), n_rel=tt(n_rel, torch.float32),
+                   cand_weight=tt(np.ones(valid.shape, np.float32) if cand_weight is None else cand_weight,
+                                  torch.float32),
+                   exclude_docs=tt(exclude),
+                   first_keys=None if cands.first is None or weights is not None else tt(cands.first),
+                   term_weights=None if weights is None else tt(weights))
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -163,10 +163,10 @@ class Judgements:
         -1 padded) of the queries at positions ``qidx`` (B,). ``kernel``: the CPU kernel (``kernels.topk_metric``,
         one call instead of a dozen small tensor operations; equal up to float rounding of the mix)."""
         if kernel:
-            out = np.empty(topk.shape[0], np.float32)
+            host = np.empty(topk.shape[0], np.float32)
             kernels.topk_metric(topk.numpy(), qidx.numpy(), self.rel_indptr.numpy(), self.rel_docs.numpy(),
-                                self.recall_coef.numpy(), self.mrr_weight, out)
-            return torch.from_numpy(out)
+                                self.recall_coef.numpy(), self.mrr_weight, host)
+            return torch.from_numpy(host)
         probe = qidx[:, None] * self.num_docs + key_docs(topk)
         hit = (self.keys[torch.searchsorted(self.keys, probe)] == probe) & (topk >= POSITIVE_KEY)
         out = hit.sum(1) * self.recall_coef[qidx]
@@ -220,10 +220,11 @@ class ReformulationEnv:
         first = queries.first_keys
         if scored and (first is None or first.shape[1] < width):
             first = index.topk_keys(queries.terms, queries.term_weights, width)
-        self._first = first[:, :width] if scored else None
+        self._first = first[:, :width] if scored and first is not None else None  # scored: never None here
         self.lanes: torch.Tensor | None = None
         """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
-        self.terms = None
+        self.terms: torch.Tensor | None = None
+        """(B, L0 + max_steps) term ids of the current episodes; None before the first batch on these lanes."""
 
     # ------------------------------------------------------------------ episode state
     def reset(self, qidx: torch.Tensor) -> None:
@@ -257,6 +258,7 @@ class ReformulationEnv:
             width = 1 << max(0, int(self._widest[host].max(initial=1)) - 1).bit_length()
             self._offsets = torch.arange(width, device=self.device)
         self._fill(self._q0_postings[host])
+        assert self._first is not None and self.judged is not None  # both set when scored
         first = self._first[self.qidx]
         first = torch.where((key_docs(first) == self.exclude[:, None]) & (first >= 0), -1, first)
         self.topk = torch.nn.functional.pad(first.topk(min(self.k, first.shape[1]), dim=1).values,
@@ -280,6 +282,7 @@ class ReformulationEnv:
     def _fill(self, q0_postings: np.ndarray) -> None:
         """Score each episode's q0 into its lane (its ranking is the query's first one, kept)."""
         l0 = self.qs.terms.shape[1]
+        assert self.terms is not None and self.lanes is not None  # set by reset
         terms, weights = self.terms[:, :l0], self.weights[:, :l0]
         if self.compact:
             idx = self.index
@@ -313,9 +316,11 @@ class ReformulationEnv:
         action (reward 0, not terminated again); STOP and the step that reaches ``max_steps`` terminate."""
         expand, slot, term, weight = self._decode(actions)
         col = self.qs.terms.shape[1] + self.t
+        assert self.terms is not None  # set by reset
         self.terms[:, col], self.weights[:, col] = term, weight
         self._chosen.scatter_(1, slot, True)
         if self.scored:
+            assert self.judged is not None  # set when scored
             self.topk = self._added(term, weight, expand, self.topk)
             # episodes that did not expand kept their ranking, so their metric comes out unchanged: reward 0
             new = self.judged.metric(self.qidx, self.topk, self.compact)
@@ -335,6 +340,7 @@ class ReformulationEnv:
         """The reward metric each episode would reach by taking ``actions`` (B,) (STOP: its current one), leaving
         the episodes as they are (the oracle tries every candidate this way)."""
         expand, _, term, weight = self._decode(actions)
+        assert self.judged is not None  # trials score: a scored env
         return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True), self.compact)
 
     def trial_all(self) -> torch.Tensor:
@@ -348,6 +354,7 @@ class ReformulationEnv:
         """The top-k keys once each episode adds ``term`` × ``weight`` (weight 0 and the padding term where it does
         not expand); the lanes keep the new scores unless ``undo``."""
         idx = self.index
+        assert self.lanes is not None  # set by reset (scored episodes)
         if self.compact:
             rows = expand.nonzero().squeeze(1)
             out = topk.clone()
@@ -371,7 +378,7 @@ class ReformulationEnv:
         touched = torch.where(valid & (docs != self.exclude[:, None]), ranking_keys(score, docs), -1)
         old_docs = key_docs(topk)
         old = torch.where(topk >= 0, ranking_keys(self.lanes.gather(1, old_docs), old_docs), -1)
-        if undo:
+        if saved is not None:  # undo
             lanes.index_put_((target.view(-1),), saved.view(-1))
         # a document may be in both lists, with equal keys
         return best_distinct(torch.cat([old, touched], 1), topk.shape[1], copies=2)

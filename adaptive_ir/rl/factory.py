@@ -12,8 +12,8 @@ from adaptive_ir.rl.workspace import Workspace
 
 
 def make_env(cfg: Config, ws: Workspace, qs: QuerySet, scored: bool = True) -> ReformulationEnv:
-    rc, tc = cfg.retrieval, cfg.training
-    weights = tc.reward_weights or {rc.reward_metric: 1.0}
+    rc = cfg.retrieval
+    weights = cfg.reward_terms
     return ReformulationEnv(qs, ws.retriever.index, cfg.rl_agent.max_steps_per_episode, rc.reward_k, weights,
                             rc.levels, scored=scored)
 

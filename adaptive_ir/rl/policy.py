@@ -113,6 +113,8 @@ class EpisodeInputs(NamedTuple):
 class Agent(nn.Module):
     """Embedding tables + ActorCritic. Builds observations from ids, so rollouts store ids, not vectors."""
 
+    feature_mask: torch.Tensor  # a buffer (register_buffer)
+
     def __init__(self, emb_dim: int, feat_dim: int, max_steps: int, hidden_dim: int = 128, num_heads: int = 4,
                  num_layers: int = 1, levels: int = 1, feature_mask: torch.Tensor | None = None):
         """``feat_dim``: F, the miner's features; ``levels``: L, the expansion weights an action chooses among;
@@ -125,7 +127,8 @@ class Agent(nn.Module):
         # not saved with the weights: it follows from the config, which the policy spec records
         self.register_buffer("feature_mask", mask, persistent=False)
         self._runner = self._local = self.core
-        self.query_table = self.term_table = None
+        self.query_table: torch.Tensor | None = None
+        self.term_table: torch.Tensor | None = None
 
     def use_tables(self, tables) -> None:
         """Point the agent at the embedding tables of the QuerySet it will act on (data, not parameters:
@@ -147,6 +150,7 @@ class Agent(nn.Module):
 
     def episode_inputs(self, qs: QuerySet, qidx: torch.Tensor) -> EpisodeInputs:
         """The fixed part of the observation of episodes at query positions ``qidx`` (B,)."""
+        assert self.term_table is not None and self.query_table is not None  # set by use_tables
         cand = self.term_table[qs.cand_rows[qidx]]  # (B, M, D)
         q0 = self.query_table[qs.q_rows[qidx]]
         valid, feats = qs.cand_valid[qidx], qs.cand_feats[qidx]

@@ -152,7 +152,8 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
                 norm = nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
                 nonfinite = ~torch.isfinite(norm) & ~stopped
                 skip = nonfinite | stopped
-                optimizer.found_inf = skip.float()
+                # read by the fused step; Optimizer's stub lacks it (torch's GradScaler ignores the same)
+                optimizer.found_inf = skip.float()  # type: ignore[attr-defined]
                 optimizer.step()
                 amp.scaler.update()
                 if s.target_kl is not None and world > 1:  # the stop decision must be the same on every rank

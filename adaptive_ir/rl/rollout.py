@@ -99,4 +99,5 @@ def greedy_rewrite(agent: Agent, amp: AmpContext, env: ReformulationEnv, qidx: t
             break
         actions, _, _ = policy_step(agent, amp, ep, env, step, generator)
         env.step(actions)
+    assert env.terms is not None  # set by reset
     return env.terms, env.weights

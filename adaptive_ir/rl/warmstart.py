@@ -92,7 +92,9 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
                 amp.scaler.scale(loss).backward()
                 amp.scaler.unscale_(optimizer)
                 norm = nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
-                optimizer.found_inf = (~torch.isfinite(norm)).float()  # a non-finite step is skipped on the device
+                # a non-finite step is skipped on the device; Optimizer's stub lacks the attribute the fused
+                # step reads (torch's GradScaler ignores the same)
+                optimizer.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
                 optimizer.step()
                 amp.scaler.update()
     finally:

@@ -96,7 +96,7 @@ class Workspace:
         with self.phases("embedding model"):
             ec = cfg.embeddings
             self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
-                                          ec.embedding_dim or cfg.rl_agent.embedding_dim, cfg.system.seed,
+                                          ec.embedding_dim, cfg.system.seed,
                                           ec.batch_size, "cuda" if device.type == "cuda" else "cpu",
                                           cache_dir=cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
             self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.cache_key)
@@ -143,9 +143,9 @@ class Workspace:
     def candidates(self, name: str, texts: list[str], query_terms: list[list[int]],
                    cache: bool = True) -> CandidateSet:
         vectors = None if self.feedback is None else self.feedback_vectors(texts, store=cache)
-        cache = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
+        cache_dir = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
         with self.phases(f"mine {name}", f"mine candidates ({name}, {len(query_terms)} queries)"):
-            return mine_cached(self.miner, query_terms, cache, name, vectors)
+            return mine_cached(self.miner, query_terms, cache_dir, name, vectors)
 
     def start_queries(self, texts: list[str], terms: list[list[int]], store: bool = True
                       ) -> tuple[list[list[int]], list[list[float]] | None]:
@@ -233,6 +233,6 @@ class Workspace:
         if max_queries is not None:
             qids, texts = qids[:max_queries], texts[:max_queries]
         if sample is not None and sample < len(qids):
-            keep = np.sort(np.random.default_rng(self.cfg.split_seed).choice(len(qids), sample, replace=False))
-            qids, texts = [qids[i] for i in keep.tolist()], [texts[i] for i in keep.tolist()]
+            drawn = np.sort(np.random.default_rng(self.cfg.split_seed).choice(len(qids), sample, replace=False))
+            qids, texts = [qids[i] for i in drawn.tolist()], [texts[i] for i in drawn.tolist()]
         return self.query_set(split, qids, texts, qrels)

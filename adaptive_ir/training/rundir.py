@@ -171,7 +171,9 @@ def start_run(cfg: Config, *, resume: bool = False, checkpoint: str | Path | Non
             raise AdaptiveIRError(f"--resume: {resume_from} not found, so {cfg.training.output_dir} holds no run to "
                                   "resume; start a new run without --resume (--overwrite if the folder holds a run "
                                   "that stopped before its first checkpoint)")
-    n, tried, replaced = 1, [], []
+    tried: list[str] = []
+    replaced: list[Path] = []
+    n = 1
     while True:
         if numbered:
             _number(cfg, base, n)

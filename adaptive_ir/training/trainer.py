@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, cast
 
 import ir_measures
 import torch
@@ -31,7 +34,7 @@ from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.hostsync import allowed_sync
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
 from adaptive_ir.common.progress import duration, peak_rss_gib
-from adaptive_ir.common.telemetry import GPUTelemetry
+from adaptive_ir.common.telemetry import GPUTelemetry, PhaseTimer, Window, describe_time
 from adaptive_ir.config import Config, config_to_dict, resolve_device
 from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.evaluation.methods import evaluate_split
@@ -46,8 +49,14 @@ from adaptive_ir.rl.workspace import Tables, Workspace, seed_everything
 from adaptive_ir.training.monitor import Monitor
 
 log = logging.getLogger(__name__)
-GPU_SAMPLE_INTERVAL_S = 5.0
-"""Seconds between GPU telemetry samples (utilisation, memory, temperature) logged with each row."""
+GPU_SAMPLE_INTERVAL_S = 0.5
+"""Seconds between GPU telemetry samples (utilisation, memory, temperature): the newest is logged with each row,
+and all of them make the utilisation summary of the training phase and of its collect windows (so a collect phase
+of a few seconds still holds samples; a sample costs a few NVML reads on a daemon thread)."""
+TIME_PARTS = ("collect", "update", "dev_evaluation", "checkpointing", "warm_start")
+"""The parts of the training phase timed in ``result["training_time"]`` (what none covers is ``other``): rollouts,
+the PPO update (GAE, minibatches, scheduler), dev evaluation (and the final pick on the whole dev split), checkpoint
+writes, the first-step warm start."""
 RANK_SEED_STRIDE = 100_003
 """Rank r of a DDP run seeds its action and minibatch generators with seed + r × this (rank 0 = single-process)."""
 DATA_PARALLEL_MIN_BATCH = 4096
@@ -119,10 +128,16 @@ class TrainSource:
     """Shaped for this query set's candidates."""
 
 
+CollectStats = TypedDict("CollectStats", {"return": float, "final_metric": float, "length": float, "episodes": int,
+                                           "steps": int, "local_steps": int, "max_local_steps": int})
+"""What ``Trainer._collect`` returns: the update's mean return, final metric and episode length, its episodes and
+steps (over every rank), and this rank's and the largest rank's transitions."""
+
+
 def selection_metric(cfg: Config) -> dict[str, float]:
     """The dev metric that picks the best checkpoint: the reward's own mix, as ir-measures names it."""
     k = cfg.retrieval.reward_k
-    weights = cfg.training.reward_weights or {cfg.retrieval.reward_metric: 1.0}
+    weights = cfg.reward_terms
     names = {"recall": f"R@{k}", "mrr": f"RR@{k}"}
     return {names[m]: w for m, w in weights.items() if w}
 
@@ -152,6 +167,8 @@ class Trainer:
         self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries, judged_only=True)
         has_dev = "dev" in self.ws.collection.splits and self.is_main  # dev evaluation is rank 0's alone
         # evaluated during training: the whole dev split, or its fixed sample (training.dev_subsample)
+        self.dev_qs: QuerySet | None
+        self.dev_tables: Tables | None
         self.dev_qs, self.dev_tables = self.ws.split("dev", sample=tc.dev_subsample) if has_dev else (None, None)
         if self.is_main and self.world > 1:
             torch.distributed.barrier()
@@ -198,6 +215,7 @@ class Trainer:
         self.full_dev: dict | None = None  # with a dev sample: the final pick's figures on the whole dev split
         self.ckpt_dir = tc.checkpoint_path_dir
         self.stop_signal: int | None = None
+        self._timer: PhaseTimer | None = None  # while train() runs: where its time goes (save() counts itself)
         if resume:
             self.load(resume)
 
@@ -256,7 +274,8 @@ class Trainer:
         self.agent.compile_local(mode)
         for src in self.sources:
             src.env.compact = False
-            src.env.step = torch.compile(src.env.step, fullgraph=True, mode=mode)
+            # the instance's step becomes its compiled version (through vars(): mypy refuses assigning to a method)
+            vars(src.env)["step"] = torch.compile(src.env.step, fullgraph=True, mode=mode)
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict:
@@ -264,6 +283,10 @@ class Trainer:
         # rank 0 alone logs, saves, evaluates; a resumed run's log loses the rows after its checkpoint (replayed)
         monitor = Monitor(tc.log_path_dir, (self.update, self.steps) if self.update else None) if self.is_main else None
         gpu = GPUTelemetry(GPU_SAMPLE_INTERVAL_S).start() if self.is_main else None
+        # on a GPU each part's time includes the work it queued: one synchronize per part boundary, none inside
+        sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else None
+        timer = self._timer = PhaseTimer(TIME_PARTS, sync).start()
+        first_update = self.update
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         ppo = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
                           tc.batch_size, tc.target_kl)
@@ -272,36 +295,42 @@ class Trainer:
         try:
             if tc.warm_start_queries and not self.warm_started and self.total_updates:
                 consistent = False  # the warm start moves the weights before warm_started is set
-                with self.ws.phases("warm start"):
+                with self.ws.phases("warm start"), timer.part("warm_start"):
                     self._warm_start(monitor)
                 consistent = True
             while self.update < self.total_updates and self.stop_signal is None:
                 consistent = False
                 t0, episodes_before = time.perf_counter(), self.episodes
-                stats = self._collect()
+                with timer.part("collect"):
+                    stats = self._collect()
                 t_collect = time.perf_counter() - t0
-                src = self.source
-                adv, ret = compute_gae(src.buf.rewards, src.buf.values, src.buf.terminated, src.buf.alive,
-                                       tc.gamma, tc.gae_lambda)
-                if tc.entropy_coef_final is not None:
-                    frac = self.update / max(1, self.total_updates - 1)
-                    ppo.entropy_coef = tc.entropy_coef + frac * (tc.entropy_coef_final - tc.entropy_coef)
-                self.agent.use_tables(src.tables)
-                losses = ppo_update(self.agent, self.optimizer, self.amp, src.buf, src.qs, adv, ret, ppo,
-                                    self.minibatch_gen, stats["local_steps"], stats["max_local_steps"],
-                                    self.nonfinite_streak)
-                self.nonfinite_streak = losses.pop("nonfinite_streak")
-                self.nonfinite_total += losses["nonfinite_skipped"]
-                self.scheduler.step()
+                with timer.part("update"):
+                    src = self.source
+                    adv, ret = compute_gae(src.buf.rewards, src.buf.values, src.buf.terminated, src.buf.alive,
+                                           tc.gamma, tc.gae_lambda)
+                    if tc.entropy_coef_final is not None:
+                        frac = self.update / max(1, self.total_updates - 1)
+                        ppo.entropy_coef = tc.entropy_coef + frac * (tc.entropy_coef_final - tc.entropy_coef)
+                    self.agent.use_tables(src.tables)
+                    losses = ppo_update(self.agent, self.optimizer, self.amp, src.buf, src.qs, adv, ret, ppo,
+                                        self.minibatch_gen, stats["local_steps"], stats["max_local_steps"],
+                                        self.nonfinite_streak)
+                    # ppo_update returns both counts as ints (its dict[str, float] holds them)
+                    self.nonfinite_streak = cast(int, losses.pop("nonfinite_streak"))
+                    self.nonfinite_total += cast(int, losses["nonfinite_skipped"])
+                    self.scheduler.step()
                 self.update += 1
                 consistent = True
                 elapsed = self.ws.phases.add("training", time.perf_counter() - t0)
+                # the learning rates are floats: make_optimizer is given a float lr, which LambdaLR scales
+                lr = cast(float, self.scheduler.get_last_lr()[0])
                 row = {"charts/episodic_return": stats["return"], "charts/final_metric": stats["final_metric"],
-                       "charts/episode_length": stats["length"], "charts/learning_rate": self.scheduler.get_last_lr()[0],
+                       "charts/episode_length": stats["length"], "charts/learning_rate": lr,
                        "charts/SPS": stats["steps"] / elapsed, "charts/episodes_per_s": stats["episodes"] / t_collect,
                        **{f"losses/{k}": v for k, v in losses.items() if k not in ("minibatches", "samples")},
                        "losses/nonfinite_total": self.nonfinite_total}
                 if self.is_main and (self.update % tc.log_freq == 0 or self.update == self.total_updates):
+                    assert monitor is not None and gpu is not None  # rank 0 made both
                     monitor.log(self.update, row | gpu.latest(), self.steps, self.episodes)
                 bar.update(1)
                 bar.set_postfix(ret=f"{stats['return']:.3f}", eps=f"{row['charts/episodes_per_s']:.0f}/s")
@@ -309,7 +338,9 @@ class Trainer:
                 if self.dev_qs is not None and self._eval_due(episodes_before):
                     consistent = False  # an evaluation that fails is redone on resume: last.pt stays behind it
                     t_eval = time.perf_counter()
-                    stop = self._evaluate_dev(monitor)
+                    assert monitor is not None  # dev_qs is set on rank 0 alone (has_dev), which made the monitor
+                    with timer.part("dev_evaluation"):  # best.pt's write inside counts as checkpointing
+                        stop = self._evaluate_dev(monitor)
                     self.ws.phases.add("dev evaluation", time.perf_counter() - t_eval)
                     consistent = True
                 if self.is_main and self.update % tc.save_freq == 0:
@@ -323,14 +354,14 @@ class Trainer:
                     break
             sampled = self.dev_qs is not None and len(self.dev_qs) < len(self.ws.collection.split("dev")[0])
             if sampled and self.best_update >= 0 and self.stop_signal is None:
-                with self.ws.phases("dev selection", "dev selection (whole dev split)"):
+                assert monitor is not None  # sampled: dev_qs is set, on rank 0 alone, which made the monitor
+                with self.ws.phases("dev selection", "dev selection (whole dev split)"), timer.part("dev_evaluation"):
                     self._pick_on_full_dev(monitor)
         finally:
             bar.close()
             for s, h in old_handlers.items():
                 signal.signal(s, h)
             if self.is_main:
-                gpu.stop()
                 if consistent:
                     self.save(self.ckpt_dir / "last.pt")
                     if self.best_update < 0:  # no dev split: the last model is the best we know
@@ -338,12 +369,39 @@ class Trainer:
                 else:  # an exception mid-update: its weights moved, its counters did not; resume replays it whole
                     log.warning("update %d stopped half-way; %s is left as it was (the last consistent state)",
                                 self.update + 1, self.ckpt_dir / "last.pt")
+            self._timer = None
+            if self.is_main:
+                assert monitor is not None and gpu is not None  # rank 0 made both
+                gpu.stop()
                 monitor.close()
+        spent = self._time_split(timer.stop(), gpu, self.update - first_update)
         if self.is_main:
             log.info("time per phase: %s; peak RSS %.2f GiB", ", ".join(
                 f"{k} {duration(v)}" for k, v in self.ws.phases.seconds.items()), peak_rss_gib())
+            log.info("%s", describe_time(spent))
         return {"updates": self.update, "best_dev": self.best, "best_update": self.best_update,
-                "interrupted": self.stop_signal is not None, "dev_full": self.full_dev, **self.ws.phases.summary()}
+                "interrupted": self.stop_signal is not None, "dev_full": self.full_dev, **self.ws.phases.summary(),
+                "training_time": spent}
+
+    def _time_split(self, timer: PhaseTimer, gpu: GPUTelemetry | None, updates: int) -> dict:
+        """Where this session's training phase went: its wall seconds, split into ``TIME_PARTS`` and the rest
+        (seconds and share), the updates it made, and ``gpu``: None on the CPU; on a GPU, the peak memory torch
+        allocated and reserved, and (with nvitop) each GPU's mean and median utilisation over the training phase,
+        over its collect windows and over its update windows, and peak memory used."""
+        out: dict = {"updates": updates, **timer.summary(), "gpu": None}
+        t0, t1 = timer.t0, timer.t1
+        assert t0 is not None and t1 is not None  # the timer train() started and stopped
+        windows: dict[str, Sequence[Window]] = {"training": [(t0, t1)], "collect": timer.windows["collect"],
+                                                "update": timer.windows["update"]}
+        telemetry = gpu.summary(windows) if gpu is not None else None
+        if self.device.type == "cuda":
+            mib = 2**20
+            out["gpu"] = {"torch_peak_allocated_mib": round(torch.cuda.max_memory_allocated(self.device) / mib, 1),
+                          "torch_peak_reserved_mib": round(torch.cuda.max_memory_reserved(self.device) / mib, 1),
+                          **(telemetry or {"samples": 0, "gpus": []})}
+        elif telemetry is not None:  # a stand-in device (tests)
+            out["gpu"] = telemetry
+        return out
 
     def _warm_start(self, monitor: Monitor | None) -> None:
         """The first-step warm start (``warmstart.py``) on a seeded sample of this rank's train queries (the same
@@ -386,7 +444,7 @@ class Trainer:
             return self.sources[0]
         return self.sources[int(torch.multinomial(torch.tensor(self.share), 1, generator=self.source_gen))]
 
-    def _collect(self) -> dict[str, float]:
+    def _collect(self) -> CollectStats:
         """One update's episodes, all on one collection (``self.source``, into its buffer ``self.buf``)."""
         src = self.source = self._next_source()
         self.buf = src.buf
@@ -499,7 +557,8 @@ class Trainer:
         }
 
     def save(self, path: Path) -> None:
-        save_checkpoint(path, self.state())
+        with self._timer.part("checkpointing") if self._timer is not None else contextlib.nullcontext():
+            save_checkpoint(path, self.state())
 
     def load(self, path: str | Path) -> None:
         s = load_compatible(path, self.cfg, self.ws)

@@ -1,0 +1,306 @@
+"""Whole query sets reformulated (issue 44): each input format read as a stream, the output record (Lucene string,
+Elasticsearch body, ids), the same rewrites as ``Reformulator.reformulate``, the command line with --queries,
+stdin and --split, one clear line for bad input, and no half-written output file."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+
+import pytest
+from helpers import tiny_config
+
+from adaptive_ir.cli import main
+from adaptive_ir.common.errors import DataError
+from adaptive_ir.inference.queries import Query, as_queries, batches, read_query_file
+from adaptive_ir.inference.records import elasticsearch_query, merge_weights, read_jsonl, write_jsonl
+from adaptive_ir.inference.reformulate import Reformulator, lucene_query
+from adaptive_ir.training.trainer import Trainer
+
+# ----------------------------------------------------------------------------------------------------------------
+# Readers
+# ----------------------------------------------------------------------------------------------------------------
+
+EXPECTED = [("1", "quick brown fox"), ("q-2", "lazy dogs sleep"), ("3", "query expansion")]
+
+
+def _ids_texts(path, fmt="auto"):
+    return [(q.id, q.text) for q in read_query_file(path, fmt)]
+
+
+def test_beir_jsonl(tmp_path):
+    p = tmp_path / "queries.jsonl"
+    p.write_text("\n".join(json.dumps({"_id": i, "text": t, "metadata": {}}) for i, t in EXPECTED) + "\n")
+    assert _ids_texts(p) == EXPECTED
+    q = next(read_query_file(p))
+    assert q.where == f"{p}:1"
+
+
+def test_jsonl_gz_and_other_keys(tmp_path):
+    p = tmp_path / "q.jsonl.gz"
+    with gzip.open(p, "wt") as f:
+        f.write(json.dumps({"qid": 7, "query": "integer id"}) + "\n")
+    assert _ids_texts(p) == [("7", "integer id")]
+
+
+def test_trec_sgml_topics(tmp_path):
+    p = tmp_path / "topics.301-302.txt"
+    p.write_text("<top>\n<num> Number: 301\n<title> International Organized Crime\n<desc> Description:\nx\n</top>\n\n"
+                 "<top>\n<num> Number: 302\n<title> Poliomyelitis and Post-Polio\n</top>\n")
+    assert _ids_texts(p) == [("301", "International Organized Crime"), ("302", "Poliomyelitis and Post-Polio")]
+
+
+def test_trec_xml_topics(tmp_path):
+    p = tmp_path / "topics.xml"
+    p.write_text('<topics>\n<topic number="1" type="faceted">\n  <query>obama family tree</query>\n'
+                 '  <description>Find information.</description>\n</topic>\n'
+                 '<topic number="2"><query>french lick resort</query></topic>\n</topics>\n')
+    assert _ids_texts(p) == [("1", "obama family tree"), ("2", "french lick resort")]
+
+
+def test_tsv(tmp_path):
+    p = tmp_path / "queries.tsv"
+    p.write_text("".join(f"{i}\t{t}\n" for i, t in EXPECTED))
+    assert _ids_texts(p) == EXPECTED
+
+
+def test_one_query_per_line_ids_are_line_numbers(tmp_path):
+    p = tmp_path / "log.txt"
+    p.write_text("first query\n\n  second   query \nthird\n")
+    assert _ids_texts(p) == [("1", "first query"), ("3", "second query"), ("4", "third")]
+    # a line with a tab read as one query per line when asked
+    p.write_text("a\tb\n")
+    assert _ids_texts(p, "lines") == [("1", "a b")]
+
+
+def test_stdin():
+    stream = io.BytesIO(b"1\tfox\n2\tdog\n")
+    assert [(q.id, q.text) for q in read_query_file("-", stdin=stream)] == [("1", "fox"), ("2", "dog")]
+
+
+def test_reading_is_a_stream(tmp_path):
+    p = tmp_path / "big.txt"
+    p.write_text("ok\n" * 3 + "bad\tline\n")
+    it = read_query_file(p)
+    assert next(it).text == "ok"  # the bad line further down is not read yet
+    with pytest.raises(DataError):
+        list(it)
+
+
+def test_in_memory_queries_and_batches():
+    qs = list(as_queries(["a b", ("x", "c"), Query("y", "d")]))
+    assert [(q.id, q.text) for q in qs] == [("1", "a b"), ("x", "c"), ("y", "d")]
+    assert [len(b) for b in batches(iter(range(5)), 2)] == [2, 2, 1]
+
+
+@pytest.mark.parametrize("name, content, fmt, message", [
+    ("q.tsv", "1\tfox\n2 no tab here\n", "auto", ":2: expected 'qid<TAB>query text' (no tab found)"),
+    ("q.tsv", "1\tfox\n2\t   \n", "auto", ":2: query '2' has empty text"),
+    ("q.txt", "fox\n2\tdog\n", "auto", ":2: 'id<TAB>text', but line 1 has no tab (no id)"),
+    ("q.jsonl", '{"_id": "1", "text": "fox"}\n{"_id": "2", "text": ""}\n', "auto", ":2: query '2' has empty text"),
+    ("q.jsonl", '{"_id": "1", "text": "fox"}\n{"text": "no id"}\n', "auto", ":2: no '_id' field"),
+    ("q.jsonl", '{"_id": "1", "text": "fox"}\nnot json\n', "auto", ":2: not valid JSON"),
+    ("q.jsonl", '{"_id": "a b", "text": "fox"}\n', "auto", ":1: query id 'a b' is empty or holds whitespace"),
+    ("t.txt", "<top>\n<num> 1\n<title> fox\n", "auto", ":1: this topic has no </top>"),
+    ("q.txt", "", "auto", ": no queries (the file is empty)"),
+    ("q.bin", None, "auto", ":1: not valid UTF-8"),
+])
+def test_bad_input_is_one_line_naming_file_and_line(tmp_path, name, content, fmt, message):
+    p = tmp_path / name
+    if content is None:
+        p.write_bytes(b"caf\xe9\n")
+    else:
+        p.write_text(content)
+    with pytest.raises(DataError) as e:
+        list(read_query_file(p, fmt))
+    assert str(e.value).startswith(str(p)) and message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(DataError, match="file not found"):
+        list(read_query_file(tmp_path / "missing.txt"))
+    with pytest.raises(DataError, match="is a folder"):
+        list(read_query_file(tmp_path))
+    with pytest.raises(DataError, match="choose one of"):
+        list(read_query_file(tmp_path / "x", "xml"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Records
+# ----------------------------------------------------------------------------------------------------------------
+
+def test_elasticsearch_body_and_merged_weights():
+    pairs = [("fox", 1.0), ("dog", 1.0), ("fox", 1.0), ("cat", 0.5)]
+    assert merge_weights(pairs) == {"fox": 2.0, "dog": 1.0, "cat": 0.5}
+    body = elasticsearch_query(pairs, "body")
+    assert body == {"query": {"bool": {"should": [
+        {"match": {"body": {"query": "fox", "boost": 2.0}}},
+        {"match": {"body": {"query": "dog", "boost": 1.0}}},
+        {"match": {"body": {"query": "cat", "boost": 0.5}}}]}}}
+    term = elasticsearch_query(pairs, "contents", "term")["query"]["bool"]["should"][2]
+    assert term == {"term": {"contents": {"value": "cat", "boost": 0.5}}}
+    assert lucene_query(pairs) == "fox^2 dog cat^0.5"
+    with pytest.raises(ValueError):
+        elasticsearch_query(pairs, clause="wildcard")
+
+
+def test_write_jsonl_is_all_or_nothing(tmp_path):
+    out = tmp_path / "sub" / "out.jsonl"
+    assert write_jsonl(out, ({"id": str(i)} for i in range(3))) == 3
+    assert [r["id"] for r in read_jsonl(out)] == ["0", "1", "2"]
+
+    def failing():
+        yield {"id": "new"}
+        raise DataError("q.tsv:2: broken")
+
+    with pytest.raises(DataError):
+        write_jsonl(out, failing())
+    assert [r["id"] for r in read_jsonl(out)] == ["0", "1", "2"]  # the old file stays as it was
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.jsonl"]  # no temporary left behind
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A trained agent: records, the same rewrites as reformulate(), the command line
+# ----------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reffiles")
+    cfg = tiny_config(out, **{"training.num_epochs": 2})
+    trainer = Trainer(cfg, progress=False)
+    trainer.train()
+    ref = Reformulator(cfg, trainer.ws, trainer.agent, trainer.amp)
+    ref.ws.load_split("test")  # training read train and dev only
+    return cfg, ref, cfg.training.checkpoint_path_dir / "best.pt"
+
+
+def test_records_are_reformulates_rewrites(trained):
+    cfg, ref, _ = trained
+    qids, texts, _ = ref.ws.collection.split("test")
+    qids, texts = qids[:12], texts[:12]
+    old = ref.reformulate(texts, top_docs=5)
+    new = ref.reformulate_batch(list(zip(qids, texts)), top_docs=5, field="body")
+    assert [r["id"] for r in new] == qids and [r["text"] for r in new] == texts
+    for o, n in zip(old, new):
+        assert [t["term"] for t in n["added_terms"]] == o["added_terms"]
+        assert [t["term"] for t in n["start_terms"]] == o["start_terms"]
+        assert n["rewritten"] == o["rewritten"] and n["lucene_query"] == o["lucene_query"]
+        assert [(d["id"], d["score"]) for d in n["top_docs"]] == o["top_docs"]
+        assert all(t["weight"] > 0 for t in n["added_terms"])
+        should = n["elasticsearch"]["query"]["bool"]["should"]
+        assert {c["match"]["body"]["query"] for c in should} == {
+            x.rpartition("^")[0].replace("\\", "") if "^" in x else x.replace("\\", "")
+            for x in o["lucene_query"].split()}
+        json.dumps(n)  # plain JSON
+    # no documents asked for: no search, the same rewrites
+    bare = ref.reformulate_batch(list(zip(qids, texts)))
+    assert all("top_docs" not in r for r in bare)
+    assert [r["lucene_query"] for r in bare] == [r["lucene_query"] for r in new]
+
+
+def test_reformulate_file_streams_in_batches(trained, tmp_path):
+    cfg, ref, _ = trained
+    qids, texts, _ = ref.ws.collection.split("test")
+    p = tmp_path / "q.tsv"
+    p.write_text("".join(f"{q}\t{t}\n" for q, t in zip(qids[:10], texts[:10])))
+    calls = []
+    batch = ref.reformulate_batch
+    ref.reformulate_batch = lambda qs, *a: calls.append(len(qs)) or batch(qs, *a)
+    try:
+        records = list(ref.reformulate_file(p, batch_size=4))
+    finally:
+        del ref.reformulate_batch
+    assert calls == [4, 4, 2] and [r["id"] for r in records] == qids[:10]
+    assert [r["lucene_query"] for r in records] == [r["lucene_query"] for r in ref.reformulate_batch(
+        list(zip(qids[:10], texts[:10])))]
+
+
+def test_cli_queries_file_to_output(trained, tmp_path, capsys):
+    cfg, ref, ckpt = trained
+    qids, texts, _ = ref.ws.collection.split("test")
+    p = tmp_path / "queries.jsonl"
+    p.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in zip(qids[:6], texts[:6])))
+    out = tmp_path / "rewrites.jsonl"
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--device", "cpu", "--queries", str(p), "--output",
+                 str(out), "--field", "text", "--top-docs", "3", "--batch-size", "4", "--no-progress"]) == 0
+    records = list(read_jsonl(out))
+    assert [r["id"] for r in records] == qids[:6]
+    assert set(records[0]) == {"id", "text", "start_terms", "added_terms", "rewritten", "lucene_query",
+                               "elasticsearch", "top_docs"}
+    assert len(records[0]["top_docs"]) <= 3 and "text" in records[0]["elasticsearch"]["query"]["bool"]["should"][0][
+        "match"]
+    assert "wrote 6 rewrites" in capsys.readouterr().err
+
+
+def test_cli_stdin_and_split(trained, monkeypatch, capsys):
+    cfg, ref, ckpt = trained
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"quick fox\ndog\n")))
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--device", "cpu", "--queries", "-", "--format", "json",
+                 "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x)["id"] for x in lines] == ["1", "2"]
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--device", "cpu", "--split", "test", "--format",
+                 "lucene", "--no-progress"]) == 0
+    qids, _, _ = ref.ws.collection.split("test")
+    assert [x.split("\t")[0] for x in capsys.readouterr().out.splitlines()] == qids
+
+
+def test_cli_bad_input_one_line_and_nothing_written(trained, tmp_path, capsys):
+    cfg, ref, ckpt = trained
+    p = tmp_path / "q.tsv"
+    p.write_text("1\tfox\n" * 5 + "6 no id\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--device", "cpu", "--queries", str(p), "--output",
+                 str(out), "--batch-size", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"error: {p}:6: expected 'qid<TAB>query text' (no tab found)"
+    assert list(tmp_path.iterdir()) == [p]  # no output, no temporary
+    # an unreadable file is reported before the policy loads
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--queries", str(tmp_path / "nope.txt")]) == 2
+    assert "nope.txt: file not found" in capsys.readouterr().err
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--queries", str(p), "fox"]) == 2
+    assert "give the queries one way" in capsys.readouterr().err
+
+
+def test_cli_interrupted_leaves_no_output(trained, tmp_path, monkeypatch, capsys):
+    cfg, ref, ckpt = trained
+    p = tmp_path / "q.txt"
+    p.write_text("fox\ndog\ncat\n")
+    out = tmp_path / "out.jsonl"
+    seen = []
+
+    def interrupt(self, queries, *a, **k):
+        if seen:
+            raise KeyboardInterrupt
+        seen.append(1)
+        return [{"id": q.id} for q in queries]
+
+    monkeypatch.setattr(Reformulator, "reformulate_batch", interrupt)
+    assert main(["reformulate", "--checkpoint", str(ckpt), "--queries", str(p), "--output", str(out),
+                 "--batch-size", "2", "--no-progress"]) == 130
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["q.txt"]
+
+
+def test_memo_embedder_reuses_the_last_list_and_single_words():
+    import numpy as np
+
+    from adaptive_ir.inference.memo import MemoEmbedder
+
+    class Fake:
+        dim = 2
+        calls: list = []
+
+        def encode(self, texts):
+            self.calls.append(list(texts))
+            return np.array([[len(t), t.count(" ")] for t in texts], np.float32)
+
+    inner = Fake()
+    memo = MemoEmbedder(inner, capacity=2)
+    a = memo.encode(["two words", "fox"])
+    assert np.array_equal(memo.encode(["two words", "fox"]), a) and len(inner.calls) == 1  # the same list again
+    b = memo.encode(["fox", "dog", "cat"])  # fox known
+    assert inner.calls[-1] == ["dog", "cat"] and b.tolist() == [[3, 0], [3, 0], [3, 0]]
+    assert list(memo.words) == ["dog", "cat"]  # capacity 2: least recently used dropped; phrases never kept
+    assert memo.dim == 2 and memo.encoded == 4 and memo.reused == 3
