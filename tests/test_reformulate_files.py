@@ -167,7 +167,7 @@ def test_write_jsonl_is_all_or_nothing(tmp_path):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reffiles")
+    out = tmp_path_factory.mktemp("reffiles") / "run"  # its caches beside it, shared with no other module
     cfg = tiny_config(out, **{"training.num_epochs": 2})
     trainer = Trainer(cfg, progress=False)
     trainer.train()

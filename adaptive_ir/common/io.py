@@ -32,11 +32,12 @@ log = logging.getLogger(__name__)
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path`` (atomic on POSIX)."""
-    _atomic_write(path, lambda f: f.write(data))
+    atomic_write(path, lambda f: f.write(data))
 
 
-def _atomic_write(path: str | Path, write) -> None:
-    """``write(file)`` into a temporary file next to ``path``, fsync, rename over ``path``."""
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write(file)`` (a binary file) into a temporary file next to ``path``, fsync, rename over ``path``: a
+    write that fails or is interrupted leaves no file that looks complete, and an older ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -66,7 +67,7 @@ def atomic_write_json(path: str | Path, obj) -> None:
 
 def atomic_save_npy(path: str | Path, array: np.ndarray) -> None:
     """``np.save`` straight into the temporary file: a large array is never copied in memory."""
-    _atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+    atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def sha256(data: bytes) -> str:

@@ -15,10 +15,11 @@ analyzer already produced these very tokens).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+from adaptive_ir.common.io import atomic_write
 
 ES_CLAUSES = ("match", "term")
 
@@ -48,30 +49,20 @@ def term_weights(terms: list[str], weights: list[float]) -> list[dict]:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict], on_write=None) -> int:
-    """Write ``records`` as JSON lines to ``path`` through a temporary file in the same folder, renamed over
-    ``path`` only once every record is written (and fsynced): a run that fails or is interrupted leaves no file
-    that looks complete, and an older ``path`` stays as it was. ``on_write(n)`` after each record; the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``records`` as JSON lines to ``path`` atomically (``common.io.atomic_write``: renamed over ``path`` only
+    once every record is written and fsynced), so a run that fails or is interrupted leaves no file that looks
+    complete. ``on_write(n)`` after each record; returns the count."""
     n = 0
-    try:
-        if hasattr(os, "fchmod"):
-            mask = os.umask(0)
-            os.umask(mask)
-            os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                n += 1
-                if on_write is not None:
-                    on_write(1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(f: BinaryIO) -> None:
+        nonlocal n
+        for record in records:
+            f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+            n += 1
+            if on_write is not None:
+                on_write(1)
+
+    atomic_write(path, write)
     return n
 
 
