@@ -33,7 +33,9 @@ package ``versions``, the ``device``, ``resumed_from`` / ``parent_run`` when it 
 resumed run (without their config), and once training has ended, ``result``: updates, best dev score, the final
 pick on the whole dev split (``dev_full``, with a dev sample), the wall time of each phase (``phases_s``: load
 collection, index, embedding model; per split mining, embeddings and the rest of its query set; training, dev
-evaluation, dev selection) and the peak memory (``peak_rss_gib``). Checkpoints carry the ``identity`` part.
+evaluation, dev selection), the peak memory (``peak_rss_gib``) and ``training_time``: the training phase split into
+collect, update, dev evaluation, checkpointing, warm start and the rest, with the GPU's utilisation and memory on a
+GPU (``Trainer._time_split``). Checkpoints carry the ``identity`` part.
 """
 
 from __future__ import annotations
