@@ -116,7 +116,8 @@ def bm25_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 1
 def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100, fb_docs: int = RM3_FB_DOCS,
             fb_terms: int = 10, orig_weight: float = 0.5, feedback: SemanticFeedback | None = None,
             query_vectors: np.ndarray | None = None) -> Run:
-    """BM25 + RM3 (Anserini's Rm3Reranker recipe; defaults 10 docs, 10 terms, original weight 0.5).
+    """BM25 + RM3 after Anserini's Rm3Reranker (10 docs, 10 terms, original weight 0.5) over whole documents;
+    ``retrieval.rm3.rm3_anserini_expansion`` is Anserini's own, equal to Pyserini's ``set_rm3()``.
 
     With ``feedback`` the feedback documents are the agent's semantic ones (equal weights): the fixed-rule
     baseline that shows what the learned term choice adds over better feedback documents alone."""

@@ -61,7 +61,8 @@ class FeedbackRows:
 
 def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.ndarray,
                     rows: FeedbackRows | None = None) -> sp.csr_matrix:
-    """RM1 weights for a batch of queries, as Anserini's Rm3Reranker computes them.
+    """RM1 weights for a batch of queries, after Anserini's Rm3Reranker but over whole documents (every term,
+    tf / length; Anserini filters and prunes each document's vector: ``rm3.rm3_anserini_expansion``).
 
     RM1(w) = Σ_d score(d) · tf(w, d) / |d| over each query's feedback docs (first-pass BM25 scores;
     docs with score ≤ 0 or length 0 are skipped). Returns a (Q, vocab) sparse matrix. ``rows``: the feedback

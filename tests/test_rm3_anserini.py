@@ -1,0 +1,126 @@
+"""RM3 at Anserini parity (issue 45): ``rm3_anserini_expansion`` computes Anserini's Rm3Reranker (Pyserini's
+``set_rm3()`` defaults) on the Lucene-parity index. By hand on a toy collection; against Pyserini itself on a
+synthetic collection and on SciFact and NFCorpus test (within 0.005 R@40 and nDCG@10, the same expanded query for
+every query). The Pyserini checks skip without Pyserini or a JDK 21+, the real collections without
+``../shared/datasets``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import SHARED
+
+from adaptive_ir.config import load_config
+from adaptive_ir.data import Collection, MemoryCorpus
+from adaptive_ir.retrieval.analyzer import Analyzer
+from adaptive_ir.retrieval.retriever import Retriever
+from adaptive_ir.retrieval.rm3 import rm3_anserini_expansion
+
+_spec = importlib.util.spec_from_file_location(
+    "rm3_parity", Path(__file__).resolve().parents[1] / "benchmarks" / "rm3_parity.py")
+assert _spec is not None and _spec.loader is not None
+parity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(parity)
+
+
+def _ours(docs: list[str]) -> Retriever:
+    rc = load_config("scifact-anserini").retrieval  # the Lucene-parity settings
+    coll = Collection("toy", MemoryCorpus([f"d{i}" for i in range(len(docs))], [""] * len(docs), docs), {}, {})
+    return Retriever.build(coll, rc.bm25_k1, rc.bm25_b, rc.idf, analyzer=Analyzer(kind=rc.analyzer,
+                           stemmer=rc.stemmer), scoring=rc.bm25_scoring)
+
+
+def _named(r: Retriever, terms: list[int], weights: list[float]) -> dict[str, float]:
+    return {r.vocab.terms[t]: w for t, w in zip(terms, weights)}
+
+
+def test_by_hand():
+    """RM1 over per-document vectors normalised by their own mass (not the document's length), weighted by the
+    raw BM25 scores; the query's tokens, out-of-index words too, L1-normalised."""
+    docs = ["alpha beta beta gamma", "alpha delta", "omega"]
+    r = _ours(docs)
+    scores, idx = r.search(r.encode(["alpha"]), k=2)
+    s = dict(zip(idx[0].tolist(), scores[0].tolist()))
+    rm = {"alpha": s[0] / 4 + s[1] / 2, "beta": s[0] / 2, "gamma": s[0] / 4, "delta": s[1] / 2}
+    z = sum(rm.values())
+    got = _named(r, *[x[0] for x in rm3_anserini_expansion(r, ["alpha"], max_df_ratio=1.0)])
+    want = {t: 0.5 * (t == "alpha") + 0.5 * v / z for t, v in rm.items()}
+    assert got.keys() == want.keys()
+    assert all(abs(got[t] - want[t]) < 1e-6 for t in want)
+    # a word the index lacks still counts in the query vector: "alpha" weighs 0.5 / 2 from the query
+    got = _named(r, *[x[0] for x in rm3_anserini_expansion(r, ["alpha zzzunseen"], max_df_ratio=1.0)])
+    assert abs(got["alpha"] - (0.25 + 0.5 * rm["alpha"] / z)) < 1e-6
+    # the 10 % rule: every term here is in more than a tenth of the documents, so no feedback term
+    got = _named(r, *[x[0] for x in rm3_anserini_expansion(r, ["alpha"])])
+    assert got == {"alpha": 0.5}
+
+
+def test_pruning_ties_by_term():
+    """Per document and in RM1, equal weights are pruned by the term's order, as FeatureVector.pruneToSize."""
+    r = _ours(["zeta alpha beta kappa", "other words"])
+    got = _named(r, *[x[0] for x in rm3_anserini_expansion(r, ["zeta"], fb_terms=2, max_df_ratio=1.0)])
+    assert set(got) == {"zeta", "alpha", "beta"}
+    assert abs(sum(got.values()) - 1.0) < 1e-6
+
+
+def _synthetic(n: int = 300, seed: int = 5) -> list[str]:
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnoprstuw") for _ in range(rng.randint(2, 9))) for _ in range(400)]
+    words += ["x", "covid-19", "1.5", "naïve", "supercalifragilisticexpialidocious", "running", "runs", "ran"]
+    docs = [" ".join(rng.choice(words[:rng.randint(20, len(words))]) for _ in range(rng.randint(0, 60)))
+            for _ in range(n)]
+    docs[7] = "the and of"  # stopwords only: indexed by Lucene, no token
+    return docs
+
+
+@pytest.fixture(scope="module")
+def lucene(tmp_path_factory):
+    why = parity.interop.setup_pyserini()
+    if why:
+        pytest.skip(why)
+    return tmp_path_factory.mktemp("lucene")
+
+
+def test_same_expanded_queries_as_pyserini(lucene):
+    from pyserini.search.lucene import LuceneSearcher
+
+    docs = [d for d in _synthetic() if d.strip()]  # Anserini skips blank documents
+    (lucene / "toy" / "docs").mkdir(parents=True)
+    with open(lucene / "toy" / "docs" / "docs.jsonl", "w") as f:
+        for i, text in enumerate(docs):
+            f.write(json.dumps({"id": f"d{i}", "contents": text}) + "\n")
+    parity.interop.build_index(lucene / "toy" / "docs", lucene / "toy" / "index", threads=1)
+    searcher = LuceneSearcher(str(lucene / "toy" / "index"))
+    searcher.set_rm3()
+    ours = _ours(docs)
+    rng = random.Random(1)
+    vocab = list(ours.vocab.terms)
+    queries = [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 4))) for _ in range(30)] + ["running covid"]
+    # a stopword-only document counts in Lucene's numDocs, not in the default of documents with a token
+    terms, weights = rm3_anserini_expansion(ours, queries, num_docs=len(docs))
+    same = 0
+    for q, text in enumerate(queries):
+        theirs = {t: float(w) for t, w in (searcher.get_feedback_terms(text) or {}).items()
+                  if t in ours.vocab.ids and w > 0}
+        same += parity.same_query(_named(ours, terms[q], weights[q]), theirs)
+        hits = searcher.search(text, k=10)
+        scores, idx = ours.search([terms[q]], [weights[q]], k=10)
+        n = int((scores[0] > 0).sum())
+        assert [h.docid for h in hits] == [f"d{i}" for i in idx[0][:n]]
+        # Anserini's ScoreTiesAdjusterReranker rounds the scores to 4 decimals
+        np.testing.assert_allclose([h.score for h in hits], scores[0][:n], atol=6e-5)
+    assert same == len(queries)
+
+
+@pytest.mark.parametrize("name", ["scifact", "nfcorpus"])
+def test_parity_with_pyserini_on_test_split(lucene, name):
+    if not (SHARED / name / "corpus.jsonl").is_file():
+        pytest.skip(f"{SHARED / name} is not available")
+    row = parity.measure(SHARED / name, lucene, hits=1000, threads=2)
+    assert row["max_abs_diff"] <= 0.005, row
+    assert row["same_expanded_query"] == row["test_queries"], row
