@@ -176,6 +176,25 @@ def trained(tmp_path_factory):
     return cfg, ref, cfg.training.checkpoint_path_dir / "best.pt"
 
 
+def test_fused_records_carry_the_weights_the_greedy_rewrite_searched(trained, monkeypatch):
+    """With query variants fused by RRF the records come from ``reformulate``'s own rewrites: every term's weight
+    is the (summed) weight it was searched with, and the Elasticsearch body holds the same terms and weights."""
+    _, ref, _ = trained
+    qids, texts, _ = ref.ws.collection.split("test")
+    qids, texts = qids[:6], texts[:6]
+    monkeypatch.setattr(ref.cfg.rl_agent, "num_query_variants", 2)
+    old = ref.reformulate(texts, top_docs=5)
+    new = ref.reformulate_batch(list(zip(qids, texts)), top_docs=5)
+    assert any(r["added_terms"] for r in new)
+    for o, n in zip(old, new):
+        should = {c["match"]["contents"]["query"]: c["match"]["contents"]["boost"]
+                  for c in n["elasticsearch"]["query"]["bool"]["should"]}
+        assert [t["term"] for t in n["added_terms"]] == o["added_terms"]
+        assert all(t["weight"] == should[t["term"]] > 0 for t in n["added_terms"] + n["start_terms"])
+        assert n["lucene_query"] == o["lucene_query"] and n["rewritten"] == o["rewritten"]
+        assert [(d["id"], d["score"]) for d in n["top_docs"]] == o["top_docs"]
+
+
 def test_records_are_reformulates_rewrites(trained):
     cfg, ref, _ = trained
     qids, texts, _ = ref.ws.collection.split("test")

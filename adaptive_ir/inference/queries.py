@@ -109,8 +109,6 @@ def _file_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DataError(f"{path}: is a folder; give a queries file (queries.jsonl, topics, id<TAB>text lines)")
     try:
         f = open_binary(path)
-    except DataError:
-        raise
     except OSError as e:  # e.g. permission denied
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
     yield from _lines(str(path), f)

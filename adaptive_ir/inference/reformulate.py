@@ -11,6 +11,7 @@ from adaptive_ir.artifacts.checkpoint import DATA_DIR_ADVICE, load_agent, load_c
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.config import Config, config_from_dict, resolve_device
 from adaptive_ir.evaluation.agent import agent_run
+from adaptive_ir.inference.records import merge_weights
 from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.workspace import Workspace
 
@@ -51,6 +52,14 @@ class Reformulator:
         """For each query text: the rewritten query, the terms the start added (``start_terms``: RM3's with
         ``retrieval.start: rm3``, else none), the terms the agent added, the rewrite as Lucene query syntax (the
         analyzed terms with their weights, ``lucene_query``) and the top documents (id, score)."""
+        return [{"query": text, "start_terms": extra, "added_terms": terms,
+                 "rewritten": " ".join([text, *extra, *terms]), "lucene_query": lucene_query(pairs),
+                 "top_docs": ranked}
+                for text, extra, terms, pairs, ranked in self._rewrites(queries, top_docs)]
+
+    def _rewrites(self, queries: list[str], top_docs: int) -> list[tuple]:
+        """Per query text (``agent_run``: greedy, variants fused by RRF): the words the start added, the words the
+        agent added, every (term, weight) searched, and the top ``top_docs`` documents as (id, score)."""
         qids = [f"q{i}" for i in range(len(queries))]
         qs, tables = self.ws.query_set("adhoc", qids, queries, None, cache_candidates=False)
         weighted: list[list[tuple[str, float]]] = []
@@ -61,9 +70,7 @@ class Reformulator:
         for qid, text, words, start, terms, pairs in zip(qids, queries, own, qs.terms.tolist(), added, weighted):
             ranked = sorted(run[qid].items(), key=lambda kv: -kv[1])[:top_docs]
             extra = [vocab[t] for t in start if t != pad and t not in words]
-            out.append({"query": text, "start_terms": extra, "added_terms": terms,
-                        "rewritten": " ".join([text, *extra, *terms]), "lucene_query": lucene_query(pairs),
-                        "top_docs": ranked})
+            out.append((text, extra, terms, pairs, ranked))
         return out
 
     def reformulate_batch(self, queries: list, top_docs: int = 0, field: str = "contents",
@@ -132,22 +139,21 @@ class Reformulator:
         return out
 
     def _records_fused(self, queries: list, top_docs: int, field: str, clause: str) -> list[dict]:
-        """Records through ``reformulate`` (query variants fused by RRF): the agent's terms carry no weights
-        there but the Lucene query's."""
-        from adaptive_ir.inference.records import elasticsearch_query
+        """Records of the fused path (query variants fused by RRF, ``_rewrites``): each term's weight is the one
+        the greedy rewrite searched it with."""
+        from adaptive_ir.inference.records import elasticsearch_query, merge_weights
 
         out = []
-        for q, r in zip(queries, self.reformulate([q.text for q in queries], top_docs=max(top_docs, 1))):
-            pairs = [(t, float(w)) for t, _, w in (x.rpartition("^") if "^" in x else (x, "", "1")
-                                                     for x in r["lucene_query"].split())]
-            weights = dict(pairs)
+        for q, (_, extra, terms, pairs, ranked) in zip(queries, self._rewrites([q.text for q in queries],
+                                                                                 max(top_docs, 1))):
+            weights = merge_weights(pairs)
             record = {"id": q.id, "text": q.text,
-                      "start_terms": [{"term": t, "weight": weights.get(t)} for t in r["start_terms"]],
-                      "added_terms": [{"term": t, "weight": weights.get(t)} for t in r["added_terms"]],
-                      "rewritten": r["rewritten"], "lucene_query": r["lucene_query"],
+                      "start_terms": [{"term": t, "weight": weights.get(t)} for t in extra],
+                      "added_terms": [{"term": t, "weight": weights.get(t)} for t in terms],
+                      "rewritten": " ".join([q.text, *extra, *terms]), "lucene_query": lucene_query(pairs),
                       "elasticsearch": elasticsearch_query(pairs, field, clause)}
             if top_docs > 0:
-                record["top_docs"] = [{"id": d, "score": s} for d, s in r["top_docs"]]
+                record["top_docs"] = [{"id": d, "score": s} for d, s in ranked]
             out.append(record)
         return out
 
@@ -213,9 +219,7 @@ def lucene_query(pairs: list[tuple[str, float]]) -> str:
     """A weighted bag of words in Lucene's classic query syntax (what Lucene's QueryParser, Solr, Elasticsearch's
     query_string and Anserini/Pyserini through Lucene's parser read): ``term`` for weight 1, ``term^0.5`` otherwise.
     A term that occurs more than once (a repeated query word) gets the sum of its weights, which is how BM25 scores
-    it here; terms keep their first position. Terms are the analyzer's output: the parser analyzes them again."""
-    total: dict[str, float] = {}
-    for term, weight in pairs:
-        total[term] = total.get(term, 0.0) + weight
+    it here (``records.merge_weights``); terms keep their first position. Terms are the analyzer's output: the
+    parser analyzes them again."""
     return " ".join(lucene_escape(t) if abs(w - 1.0) < 1e-6 else f"{lucene_escape(t)}^{w:.4g}"
-                    for t, w in total.items())
+                    for t, w in merge_weights(pairs).items())
