@@ -22,10 +22,18 @@ def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (override system.device)")
     if seed:
         p.add_argument("--seed", type=int, help="override system.seed")
+    _first_stage(p)
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _first_stage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--first-stage", choices=("default", "anserini"),
+                   help="index and BM25 to run over: default (the engine's: k1 1.5, b 0.75, no stemming) or anserini "
+                        "(Pyserini's defaults: Lucene's English analyzer with Porter stemming, k1 0.9, b 0.4); sets "
+                        "the retrieval keys (--set wins)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(term^0.5), for Anserini / Pyserini / Elasticsearch. With --queries / --split: json "
                         "prints one record per line, lucene prints id<TAB>query (Anserini's topics format)")
     r.add_argument("--json", action="store_true", help="same as --format json")
+    _first_stage(r)
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="with --policy: override a key of the policy's config (repeatable)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -147,6 +156,14 @@ def _settings(items: list[str], flag: str = "--set") -> dict[str, str]:
 
 def _overrides(args) -> dict[str, str]:
     o = _settings(args.set)
+    stage = getattr(args, "first_stage", None)
+    if stage is not None:  # the stage's retrieval keys, under whatever --set names
+        from adaptive_ir.config import FIRST_STAGES
+
+        keys = {f"retrieval.{k}": str(v) for k, v in FIRST_STAGES[stage].items()}
+        if FIRST_STAGES[stage]["stemmer"] != "none":
+            keys["candidate_mining.stem_variants"] = "false"
+        o = {**keys, **o}
     for flag, key in (("data_dir", "data.data_dir"), ("output_dir", "training.output_dir"),
                       ("device", "system.device"), ("seed", "system.seed"), ("epochs", "training.num_epochs"),
                       ("batch_size", "training.batch_size"), ("collect_batch_size", "training.collect_batch_size")):
@@ -278,8 +295,8 @@ def cmd_reformulate(args) -> int:
     from adaptive_ir.inference.reformulate import Reformulator
 
     fmt = "json" if args.json else args.format
-    if args.checkpoint and args.set:
-        raise ConfigError("--set goes with --policy: a checkpoint is reformulated with the config it was trained with")
+    if args.checkpoint and (args.set or args.first_stage):
+        raise ConfigError("--set and --first-stage go with --policy: a checkpoint is reformulated with the config it was trained with")
     sources = [flag for flag, given in (("query texts", args.queries), ("--queries", args.queries_file),
                                         ("--split", args.split)) if given]
     if len(sources) != 1:

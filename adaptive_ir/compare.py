@@ -1,13 +1,15 @@
 """``adaptive-ir compare``: one training run per seed, every method evaluated on one split, and a table a reviewer
 can check: mean ± std over seeds per method and metric, and paired per-query tests of the agent against BM25,
-against the best fixed rule on the split and against the fixed rule chosen on dev.
+against the best baseline on the split (BM25 or RM3, over either first stage), against the best fixed rule on the
+split and against the fixed rule chosen on dev.
 
 Layout under the output folder (``--output-dir``, default ``training.output_dir``)::
 
     cache/                          caches shared by the seeds (unless embeddings.cache_dir names another)
     seed-<s>/                       seed s's training run: checkpoints/, logs/, trained.json (written when done)
     seed-<s>/runs/<split>.agent.trec
-    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback, rule-w<w>-j<j>, dev-chosen-<rule>
+    runs/<split>.<method>.trec      bm25, rm3, rm3-semantic or rm3-feedback, bm25-anserini, rm3-anserini,
+                                    (bm25-default, rm3-default), rule-w<w>-j<j>[-<stage>], dev-chosen-<rule>
                                     (methods.py), oracle
     compare-<split>.json, .md       the table
 
@@ -33,7 +35,7 @@ import torch
 from adaptive_ir.artifacts.checkpoint import init_policy_path, load_agent, load_checkpoint, read_state
 from adaptive_ir.common.errors import CheckpointError, ConfigError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
-from adaptive_ir.config import Config, config_from_dict, config_to_dict, resolve_device
+from adaptive_ir.config import FIRST_STAGES, Config, config_from_dict, config_to_dict, resolve_device
 from adaptive_ir.evaluation.methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, per_query
 from adaptive_ir.evaluation.stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
@@ -47,11 +49,24 @@ log = logging.getLogger(__name__)
 
 DONE_FILE = "trained.json"
 """Written into a seed's folder once its training has finished: the config it ran and the trainer's summary."""
-FIXED_RULES = ("rm3", "rm3-semantic", "rm3-feedback")
-"""Fixed expansion rules the agent must beat: RM3, and RM3 over the agent's own feedback documents (rm3-semantic
-with semantic feedback, rm3-feedback with BM25's top top_k0 when that is not rm3's 10); and the best rule of its
-own action space (``rule-w<w>-j<j>``, ``methods.rule_runs``). The best fixed rule is the one with the higher mean
-``SELECTION_METRIC`` on the compared split."""
+BASELINE_PREFIXES = ("bm25", "rm3")
+"""The baselines (``bm25``, ``rm3`` and the field's ``bm25-<stage>``, ``rm3-<stage>``, ``methods.field_stages``): the
+best of them, by the higher mean ``SELECTION_METRIC`` on the compared split, is the strongest a reviewer would run."""
+
+
+def is_baseline(method: str) -> bool:
+    return method in BASELINE_PREFIXES or any(method == f"{p}-{stage}" for p in BASELINE_PREFIXES
+                                               for stage in FIRST_STAGES)
+
+
+def is_fixed_rule(method: str) -> bool:
+    """Fixed expansion rules the agent must beat: RM3 in every form (over BM25's top 10, over the agent's own
+    feedback documents, over either first stage) and the action space's rules (``rule-w<w>-j<j>[-<stage>]``,
+    ``methods.rule_runs``). The best fixed rule is the one with the higher mean ``SELECTION_METRIC`` on the compared
+    split."""
+    return method.startswith(("rm3", RULE_PREFIX))
+
+
 UNCHECKED_KEYS = {("system", "device"), ("system", "num_workers"), ("training", "output_dir"),
                   ("embeddings", "cache_dir")}
 """Settings that do not change what a seed's run computes (a run trained on another device, or moved, still
@@ -205,18 +220,22 @@ def build_report(ev: Evaluated, n_permutations: int = N_PERMUTATIONS, seed: int 
         if m == "agent":
             methods[m]["per_seed"] = {str(s): {k: float(v[k].mean()) for k in METRIC_NAMES}
                                       for s, v in zip(ev.seeds, per_seed)}
-    rules = [r for r in ev.values if r in FIXED_RULES or r.startswith(RULE_PREFIX)]
+    rules = [r for r in ev.values if is_fixed_rule(r)]
     best_rule = max(rules, key=lambda r: methods[r]["mean"][SELECTION_METRIC]) if rules else None
+    baselines = [b for b in ev.values if is_baseline(b)]
+    best_baseline = max(baselines, key=lambda b: methods[b]["mean"][SELECTION_METRIC]) if baselines else None
     dev_chosen = next((m for m in ev.values if m.startswith(DEV_CHOSEN)), None)
     tests = {}
     if "agent" in ev.values:
         agent = {k: np.mean([v[k] for v in ev.values["agent"]], axis=0) for k in METRIC_NAMES}
-        for other in dict.fromkeys([b for b in ("bm25", best_rule, dev_chosen) if b in ev.values]):
+        for other in dict.fromkeys([b for b in ("bm25", best_baseline, best_rule, dev_chosen) if b in ev.values]):
             tests[other] = [paired(k, agent[k], ev.values[other][0][k], n_permutations, seed).to_dict()
                             for k in METRIC_NAMES]
     return {"collection": ev.collection, "split": ev.split, "queries": n, "small_split": n < SMALL_SPLIT,
-            "seeds": ev.seeds, "methods": methods, "best_fixed_rule": best_rule, "dev_chosen_rule": dev_chosen,
+            "seeds": ev.seeds, "methods": methods, "best_baseline": best_baseline, "best_fixed_rule": best_rule,
+            "dev_chosen_rule": dev_chosen,
             "best_fixed_rule_by": f"higher mean {SELECTION_METRIC} on this split, among {', '.join(rules)}",
+            "best_baseline_by": f"higher mean {SELECTION_METRIC} on this split, among {', '.join(baselines)}",
             "tests": tests, "permutations": n_permutations, "permutation_seed": seed}
 
 
@@ -247,7 +266,9 @@ def format_report(r: dict) -> str:
         chosen = (f", and against the fixed rule chosen on dev ({r['dev_chosen_rule']}: the higher mean "
                   f"{SELECTION_METRIC} on the dev split among the same rules, as a setting is chosen)"
                   if r.get("dev_chosen_rule") else "")
-        lines += ["", f"Paired per-query tests of the agent (its per-query value: {per_query_value}) against BM25 "
+        best = (f", against the best baseline ({r['best_baseline']}: {r['best_baseline_by']})"
+                if r.get("best_baseline") else "")
+        lines += ["", f"Paired per-query tests of the agent (its per-query value: {per_query_value}) against BM25{best} "
                   f"and against the best fixed rule ({r['best_fixed_rule']}: "
                   f"{r['best_fixed_rule_by']}){chosen}. p: two-sided sign-flip randomization test ({r['permutations']:,} "
                   f"random sign assignments, seed {r['permutation_seed']}; exact when 2^n is fewer) and scipy's "
@@ -264,5 +285,5 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["compare", "build_report", "format_report", "parse_seeds", "seed_config", "Evaluated",
+__all__ = ["compare", "build_report", "is_baseline", "is_fixed_rule", "format_report", "parse_seeds", "seed_config", "Evaluated",
            "CompareInterrupted"]

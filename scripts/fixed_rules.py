@@ -7,11 +7,13 @@ documents, the bar a trained policy has to clear.
 The weights default to the config's own (``retrieval.expansion_weights``: every weight an action may choose).
 Prints one JSON line per (w, j) with the split's metrics (those of `adaptive-ir evaluate --json`); j = 0 is where
 the rewrites start: BM25 itself, or with ``retrieval.start: rm3`` the RM3 rule (whose expansion the j terms join).
+Each rule runs over the config's own first stage and over the other named one (``config.stages``: the engine's
+default BM25, Anserini's), its candidates mined there; each line names its ``first_stage``.
 With `--against` the agent's TREC run files (one per seed, e.g. `<compare dir>/seed-*/runs/dev.agent.trec`), each
 line adds the paired tests of the agent (its per-query value: the mean over the files) against that rule on R@40
 and nDCG@10, as `adaptive-ir compare` tests it against BM25. Reads the caches of the config's runs (index,
 candidates) like any command. `evaluate --baselines` and `compare` report the best of these rules (j within the
-step budget) as the method ``rule-w<w>-j<j>``; this script shows every one.
+step budget, either first stage) as the method ``rule-w<w>-j<j>[-<stage>]``; this script shows every one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import ir_measures
 import torch
 
 from adaptive_ir.cli import _overrides
-from adaptive_ir.config import load_config
+from adaptive_ir.config import FIRST_STAGES, first_stage, load_config
 from adaptive_ir.evaluation.methods import rule_runs
 from adaptive_ir.evaluation.metrics import drop_excluded, evaluate_run, mean_per_query, per_query
 from adaptive_ir.evaluation.stats import paired
@@ -42,6 +44,9 @@ def main() -> None:
     p.add_argument("--output-dir", help="the runs' folder whose caches to read (default: training.output_dir)")
     p.add_argument("--against", nargs="+", default=[], metavar="TREC_RUN",
                    help="the agent's TREC run files on this split (one per seed): paired tests against each rule")
+    p.add_argument("--first-stages", default="own," + ",".join(FIRST_STAGES),
+                   help="comma-separated: own (the config's index), " + ", ".join(FIRST_STAGES)
+                   + " (default: every one, the config's own once)")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -56,14 +61,19 @@ def main() -> None:
     rows = []
     levels = cfg.retrieval.levels if args.weights is None else tuple(float(x) for x in args.weights.split(","))
     depths = tuple(int(x) for x in args.top_j.split(","))
-    for (w, j), run in rule_runs(cfg, ws, args.split, qids, texts, levels, depths).items():
-        run = drop_excluded(run, excluded)
-        metrics = evaluate_run(qrels, run, qids=qids)
-        rows.append({"split": args.split, "w": w, "top_j": j, **{k: round(v, 4) for k, v in metrics.items()}})
-        if agent is not None:
-            rule = per_query(qrels, run, tested, qids)
-            rows[-1]["agent_vs_rule"] = {m: paired(m, agent[m], rule[m]).to_dict() for m in agent}
-        print(json.dumps(rows[-1]), flush=True)
+    own = first_stage(cfg) or "own"
+    stages = dict.fromkeys(own if s == "own" else s for s in args.first_stages.split(","))
+    for stage in stages:
+        sws = ws if stage == own else ws.on_stage(stage)
+        for (w, j), run in rule_runs(sws.cfg, sws, args.split, qids, texts, levels, depths).items():
+            run = drop_excluded(run, excluded)
+            metrics = evaluate_run(qrels, run, qids=qids)
+            rows.append({"split": args.split, "first_stage": stage, "w": w, "top_j": j,
+                         **{k: round(v, 4) for k, v in metrics.items()}})
+            if agent is not None:
+                rule = per_query(qrels, run, tested, qids)
+                rows[-1]["agent_vs_rule"] = {m: paired(m, agent[m], rule[m]).to_dict() for m in agent}
+            print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

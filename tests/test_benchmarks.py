@@ -197,7 +197,14 @@ def test_fixed_rules_script_adds_the_first_candidates_to_where_the_agent_starts(
                  "--json", str(base)]):
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    rows, bm25 = json.loads(out.read_text()), json.loads(base.read_text())[j0]
+    every, baselines = json.loads(out.read_text()), json.loads(base.read_text())
+    # the config's own first stage first (quickstart's is the default one), then Anserini's, its start the same
+    # baseline over that index
+    assert [r["first_stage"] for r in every] == ["default"] * 4 + ["anserini"] * 4
+    field = [r for r in every if r["first_stage"] == "anserini"]
+    field_j0 = baselines["bm25-anserini" if j0 == "bm25" else f"{j0}-anserini"]
+    assert field[0]["R@40"] == pytest.approx(field_j0["R@40"], abs=1e-4)
+    rows, bm25 = every[:4], baselines[j0]
     # the weights default to the config's action space
     assert [(r["w"], r["top_j"]) for r in rows] == [(0.5, 0), (0.5, 2), (2.0, 0), (2.0, 2)]
     assert rows[0]["R@40"] == pytest.approx(bm25["R@40"], abs=1e-4) and rows[2]["R@40"] == rows[0]["R@40"]
@@ -212,10 +219,11 @@ def test_fixed_rules_script_tests_the_agent_runs_against_each_rule(tmp_path):
                            "--baselines", "--run-dir", str(tmp_path / "trec")], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (bm25,) = (tmp_path / "trec").glob("*bm25*")
+    bm25 = tmp_path / "trec" / "dev.bm25.trec"
     out = tmp_path / "rules.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fixed_rules.py"), *common, "--data-dir", "unused",
-                           "--weights", "0.5", "--top-j", "0,3", "--against", str(bm25), str(bm25), "--json", str(out)],
+                           "--weights", "0.5", "--top-j", "0,3", "--first-stages", "own", "--against", str(bm25),
+                           str(bm25), "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     same, other = json.loads(out.read_text())

@@ -45,10 +45,12 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     qids, texts, qrels = coll.split("test")
     assert report["queries"] == len(qids) == 80 and report["small_split"] and report["seeds"] == SEEDS
     # BM25 feedback, top_k0 20: RM3 over the agent's own feedback documents is rm3-feedback (no semantic feedback);
-    # then the best fixed rule of the agent's action space on this split
+    # the field's BM25 and RM3 (Anserini's) and the same fixed rules over that first stage; then the best fixed rule
+    # of the agent's action space on this split over either first stage
     methods = list(report["methods"])
-    rule, dev_chosen = methods[3:5]
-    assert methods[:3] + methods[5:] == ["bm25", "rm3", "rm3-feedback", "agent", "oracle"]
+    rule, dev_chosen = methods[6:8]
+    assert methods[:6] + methods[8:] == ["bm25", "bm25-anserini", "rm3", "rm3-feedback", "rm3-anserini",
+                                         "rm3-feedback-anserini", "agent", "oracle"]
     assert rule.startswith("rule-w") and rule.split("-j")[0] == f"rule-w{cfg.retrieval.expansion_weight:g}"
     files = {m: s["run_files"] for m, s in report["methods"].items()}
     assert files["agent"] == [str(root / f"seed-{s}" / "runs" / "test.agent.trec") for s in SEEDS]
@@ -67,30 +69,42 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     # BM25 as evaluate computes it on its own
     bm25 = evaluate_run(qrels, bm25_run(Retriever.build(coll), qids, texts, cfg.retrieval.top_k), qids=qids)
     assert report["methods"]["bm25"]["mean"] == pytest.approx(bm25, abs=1e-9)
-    # the rule is the best of the action space's rules on this split (j within the step budget)
+    # the rule is the best of the action space's rules on this split (j within the step budget), over both first
+    # stages
     import torch
 
     from adaptive_ir.evaluation.methods import DEV_CHOSEN, fixed_rule_runs, rule_runs
     from adaptive_ir.rl.workspace import Workspace
 
     ws = Workspace(cfg, torch.device("cpu"), collection=coll, progress=False)
+    field = ws.on_stage("anserini")
+    assert field.cfg.retrieval.stemmer == "porter" and field.on_stage("anserini") is field
     r40 = {wj: evaluate_run(qrels, run, qids=qids)["R@40"] for wj, run in rule_runs(cfg, ws, "test", qids, texts).items()}
+    r40_field = {wj: evaluate_run(qrels, run, qids=qids)["R@40"]
+                 for wj, run in rule_runs(field.cfg, field, "test", qids, texts).items()}
     assert {j for _, j in r40} == {j for j in (1, 2, 3, 5, 8, 10) if j <= cfg.rl_agent.max_steps_per_episode}
-    assert report["methods"][rule]["mean"]["R@40"] == pytest.approx(max(r40.values()), abs=1e-9)
+    assert set(r40_field) == set(r40)
+    assert report["methods"][rule]["mean"]["R@40"] == pytest.approx(max([*r40.values(), *r40_field.values()]),
+                                                                     abs=1e-9)
     # the fixed rule chosen on dev: the best on dev of every fixed rule, its run on this split
     dqids, dtexts, dqrels = coll.split("dev")
     on_dev = {m: evaluate_run(dqrels, run, qids=dqids)["R@40"]
               for m, run in fixed_rule_runs(cfg, ws, "dev", dqids, dtexts).items()}
-    assert set(on_dev) == {"rm3", "rm3-feedback"} | {f"rule-w{w:g}-j{j}" for w, j in r40}
+    assert set(on_dev) == ({"rm3", "rm3-feedback", "rm3-anserini", "rm3-feedback-anserini"}
+                           | {f"rule-w{w:g}-j{j}{stage}" for w, j in r40 for stage in ("", "-anserini")})
     assert dev_chosen == DEV_CHOSEN + max(on_dev, key=on_dev.get)
     name = dev_chosen.removeprefix(DEV_CHOSEN)
     on_test = fixed_rule_runs(cfg, ws, "test", qids, texts)[name]
     kept = read_run(files[dev_chosen][0])
     assert {q: list(d) for q, d in kept.items()} == {q: list(d) for q, d in on_test.items()}  # the same rankings
-    # paired tests: the agent's per-query mean over seeds against BM25, the best fixed rule and the one chosen on dev
-    best = max(["rm3", "rm3-feedback", rule], key=lambda m: report["methods"][m]["mean"]["R@40"])
+    # paired tests: the agent's per-query mean over seeds against BM25, the best baseline, the best fixed rule and
+    # the one chosen on dev
+    r40_of = lambda m: report["methods"][m]["mean"]["R@40"]  # noqa: E731
+    best = max(["rm3", "rm3-feedback", "rm3-anserini", "rm3-feedback-anserini", rule], key=r40_of)
+    baseline = max(["bm25", "bm25-anserini", "rm3", "rm3-anserini"], key=r40_of)
     assert report["best_fixed_rule"] == best and report["dev_chosen_rule"] == dev_chosen
-    assert list(report["tests"]) == ["bm25", best, dev_chosen]
+    assert report["best_baseline"] == baseline
+    assert list(report["tests"]) == list(dict.fromkeys(["bm25", baseline, best, dev_chosen]))
     for other, rows in report["tests"].items():
         for row in rows:
             k = row["metric"]
@@ -152,7 +166,8 @@ def test_report_labels_small_splits_and_picks_the_better_fixed_rule():
               "agent": [method(0.5)]}
     ev = cmp.Evaluated("tiny", "test", [f"q{i}" for i in range(n)], [7], values, {})
     report = cmp.build_report(ev, n_permutations=500)
-    assert report["best_fixed_rule"] == "rm3-semantic" and list(report["tests"]) == ["bm25", "rm3-semantic"]
+    assert report["best_fixed_rule"] == "rm3-semantic" and report["best_baseline"] == "rm3"  # RM3 is both
+    assert list(report["tests"]) == ["bm25", "rm3", "rm3-semantic"]
     assert report["small_split"] and report["methods"]["agent"]["std"]["R@40"] is None  # one seed: no spread
     text = cmp.format_report(report)
     assert "**small split** (n = 12 < 100" in text
@@ -247,8 +262,10 @@ def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_th
     cfg = tiny_config(tmp_path, **{"candidate_mining.feedback": "bm25", "candidate_mining.top_k0": top_k0})
     ws = Workspace(cfg, torch.device("cpu"), collection=make_default(), progress=False)
     qids, _, all_runs = split_runs(cfg, ws, "dev")
-    runs = {m: r for m, r in all_runs.items() if not m.startswith("rule-")}  # the action space's rule: elsewhere
-    assert "rm3-feedback" in cmp.FIXED_RULES and "rm3-semantic" not in runs
+    # the action space's rule and the Anserini first stage's rows: elsewhere
+    runs = {m: r for m, r in all_runs.items() if not m.startswith("rule-") and not m.endswith("-anserini")}
+    assert {"bm25-anserini", "rm3-anserini"} <= set(all_runs)
+    assert cmp.is_fixed_rule("rm3-feedback") and "rm3-semantic" not in runs
     texts = ws.collection.split("dev")[1]
     if top_k0 == 10:
         assert set(runs) == {"bm25", "rm3"}

@@ -14,10 +14,13 @@ from adaptive_ir.artifacts.spec import _config_part
 from adaptive_ir.common.errors import ConfigError
 from adaptive_ir.config import (
     CONFIG_DIR,
+    FIRST_STAGES,
     Config,
     config_from_dict,
     config_to_dict,
+    first_stage,
     load_config,
+    on_first_stage,
     resolve_device,
 )
 
@@ -169,7 +172,7 @@ def test_every_shipped_config_loads(path):
 def test_shipped_configs_do_not_warn_except_the_seed(caplog):
     with caplog.at_level(logging.WARNING):
         for name in ("quickstart", "scifact", "cranfield", "cisi", "nfcorpus", "scifact-anserini", "cranfield-anserini",
-                     "cisi-anserini", "nfcorpus-anserini"):
+                     "cisi-anserini", "nfcorpus-anserini", "wikicar", "wikicar-anserini"):
             load_config(name)
     assert caplog.records == []
 
@@ -211,14 +214,19 @@ def flat_keys(cfg: Config) -> dict:
     return {f"{section}.{key}": value for section, keys in config_to_dict(cfg).items() for key, value in keys.items()}
 
 
-@pytest.mark.parametrize("name", ["nfcorpus", "scifact", "cranfield", "cisi"])
+@pytest.mark.parametrize("name", ["nfcorpus", "scifact", "cranfield", "cisi", "wikicar"])
 def test_anserini_configs_are_the_old_ones_on_the_parity_index(name):
     old, new = flat_keys(load_config(name)), flat_keys(load_config(f"{name}-anserini"))
-    assert {key: new[key] for key in ANSERINI_PARITY} == ANSERINI_PARITY
+    parity = {**ANSERINI_PARITY, "retrieval.top_k": 100} if name == "wikicar" else ANSERINI_PARITY  # dev's depth
+    assert {key: new[key] for key in parity} == parity
+    assert first_stage(load_config(name)) == "default" and first_stage(load_config(f"{name}-anserini")) == "anserini"
     assert (old["retrieval.analyzer"], old["retrieval.stemmer"], old["retrieval.bm25_k1"]) == ("bm25s", "none", 1.5)
     assert new["training.output_dir"] == f"runs/{name}-anserini"
     moved = {"training.output_dir"} | ({"training.init_from"} if name != "nfcorpus" else set())
     changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+    if name == "wikicar":  # made for the first-stage choice: nothing else changed
+        assert changed - set(parity) == {"training.output_dir"}
+        return
     assert changed - set(ANSERINI_PARITY) == (moved | ANSERINI_CHOSEN_ON_DEV.get(name, set()) | ANSERINI_NOT_REMADE
                                               | ANSERINI_NOT_RERUN.get(name, set()))
 
@@ -566,3 +574,31 @@ def test_unknown_ignored_feature_is_named_with_the_valid_ones(tmp_path):
     cfg = tiny_config(tmp_path, **{"rl_agent.ignore_features": "[cooc_mean, no_such_feature]"})
     with pytest.raises(ConfigError, match=r"rl_agent.ignore_features: \['no_such_feature'\] not among.*z:cooc_mean"):
         Trainer(cfg, progress=False)
+
+
+# --- first stages ----------------------------------------------------------------------------------------------
+
+
+def test_first_stage_names_the_settings_and_on_first_stage_moves_a_config_onto_them():
+    quick = load_config("quickstart")
+    assert first_stage(quick) == "default"
+    assert first_stage(load_config("quickstart", {"retrieval.bm25_k1": "1.2"})) is None
+    moved = on_first_stage(quick, "anserini")
+    assert first_stage(moved) == "anserini" and moved.candidate_mining.stem_variants is False
+    before, after = flat_keys(quick), flat_keys(moved)
+    assert {k for k in before if before[k] != after[k]} <= {f"retrieval.{k}" for k in FIRST_STAGES["anserini"]} | {
+        "candidate_mining.stem_variants"}
+    assert first_stage(quick) == "default"  # a copy: the config itself is unchanged
+    back = on_first_stage(moved, "default")
+    assert flat_keys(back) == {**before, "candidate_mining.stem_variants": False}
+
+
+def test_cli_first_stage_sets_the_retrieval_keys_under_set():
+    from adaptive_ir.cli import _overrides, build_parser
+
+    args = build_parser().parse_args(["evaluate", "--first-stage", "anserini", "--set", "retrieval.bm25_k1=1.2"])
+    cfg = load_config("quickstart", _overrides(args))
+    assert (cfg.retrieval.analyzer, cfg.retrieval.stemmer, cfg.retrieval.bm25_b) == ("lucene", "porter", 0.4)
+    assert cfg.retrieval.bm25_k1 == 1.2 and cfg.candidate_mining.stem_variants is False
+    plain = build_parser().parse_args(["evaluate"])
+    assert _overrides(plain) == {}

@@ -1,15 +1,21 @@
 """Every method's ranked lists on one split, scored and kept as TREC runs: what ``adaptive-ir evaluate``,
 ``train --test`` and ``compare`` share.
 
-Methods: ``bm25``; ``rm3`` (BM25 + RM3 over BM25's top 10); ``rm3-semantic`` (RM3 over the agent's own semantic
-feedback documents, the fixed rule the learned term choice must beat, when ``candidate_mining.feedback`` is
-semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over BM25's top ``candidate_mining.top_k0``, when
-that is not 10, where ``rm3`` already is it); ``rule-w<w>-j<j>`` (the best fixed rule of the agent's own action
-space on the split: the miner's first j candidates at weight w added to where the rewrites start, ``rule_runs``);
-``dev-chosen-<method>`` (on any split but dev: the fixed rule, of rm3, rm3-semantic or rm3-feedback and the
-action space's rules, with the best R@40 on dev, as a setting is chosen); ``agent`` (greedy rewrites of a trained
-policy, which never sees qrels); ``oracle`` (greedy best-term choice with the qrels). Metrics are means over every
-query of the split (``evaluate.per_query`` says which count as 0).
+Methods, over the agent's first stage (its config's index): ``bm25``; ``rm3`` (BM25 + RM3 over BM25's top 10);
+``rm3-semantic`` (RM3 over the agent's own semantic feedback documents, the fixed rule the learned term choice must
+beat, when ``candidate_mining.feedback`` is semantic); ``rm3-feedback`` (that rule with BM25 feedback: RM3 over
+BM25's top ``candidate_mining.top_k0``, when that is not 10, where ``rm3`` already is it); ``rule-w<w>-j<j>`` (the
+best fixed rule of the agent's own action space on the split: the miner's first j candidates at weight w added to
+where the rewrites start, ``rule_runs``); ``agent`` (greedy rewrites of a trained policy, which never sees qrels);
+``oracle`` (greedy best-term choice with the qrels).
+
+The field's baselines, whichever first stage the agent uses (``config.stages``): ``bm25-anserini`` and
+``rm3-anserini``, Anserini's BM25 and RM3 at Pyserini's defaults (``set_rm3()``, equal to Pyserini's own runs);
+and ``bm25-default`` and ``rm3-default``, the engine's default BM25 and its RM3, when the agent's first stage is
+not that one. The fixed rules run over both first stages (those over the other one named ``<rule>-<stage>``), and
+the best rule on the split is the best over both; ``dev-chosen-<method>`` (on any split but dev) is the fixed rule,
+over either stage, with the best R@40 on dev, as a setting is chosen. Metrics are means over every query of the
+split (``evaluate.per_query`` says which count as 0).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import ir_measures
 
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.config import Config
+from adaptive_ir.config import ANSERINI_STAGE, DEFAULT_STAGE, FIRST_STAGES, Config, first_stage
 from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.evaluation.metrics import (
     RM3_FB_DOCS,
@@ -29,6 +35,7 @@ from adaptive_ir.evaluation.metrics import (
     drop_excluded,
     evaluate_run,
     report_measures,
+    rm3_anserini_run,
     rm3_run,
     to_run,
     write_trec_run,
@@ -75,10 +82,26 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
     return {(w, j): out[(w, j)] for w in levels for j in depths}  # weight-major, as the script prints them
 
 
-def fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]) -> dict[str, Run]:
-    """Every fixed rule on a split, {method: run}: ``rm3``; RM3 over the agent's own feedback documents
-    (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's 10); the action space's
-    rules ``rule-w<w>-j<j>`` (``rule_runs``)."""
+def stage_rm3_run(ws: Workspace, stage: str, qids: list[str], texts: list[str]) -> Run:
+    """The RM3 baseline of a first stage: Anserini's own over its index, ours over the default one."""
+    retriever, top_k = ws.retriever, ws.cfg.retrieval.top_k
+    if stage == ANSERINI_STAGE:
+        return rm3_anserini_run(retriever, qids, texts, top_k)
+    return rm3_run(retriever, qids, texts, top_k)
+
+
+def field_stages(cfg: Config) -> list[str]:
+    """The first stages whose ``bm25-<stage>`` / ``rm3-<stage>`` rows a table carries: Anserini's always, the
+    default one unless it is the agent's own (then ``bm25`` and ``rm3`` are those rows)."""
+    own = first_stage(cfg)
+    return [stage for stage in FIRST_STAGES if not (stage == own == DEFAULT_STAGE)]
+
+
+def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]
+                        ) -> dict[str, Run]:
+    """The fixed rules of one workspace, {method: run}: ``rm3``; RM3 over the agent's own feedback documents
+    (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's 10); the action
+    space's rules ``rule-w<w>-j<j>`` (``rule_runs``)."""
     top_k, fb_docs = cfg.retrieval.top_k, cfg.candidate_mining.top_k0
     runs = {"rm3": rm3_run(ws.retriever, qids, texts, top_k)}
     if ws.feedback is not None:
@@ -88,6 +111,26 @@ def fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], tex
         runs["rm3-feedback"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=fb_docs)
     runs.update({f"{RULE_PREFIX}w{w:g}-j{j}": run for (w, j), run in rule_runs(cfg, ws, split, qids, texts).items()})
     return runs
+
+
+def fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]) -> dict[str, Run]:
+    """Every fixed rule on a split over both first stages, {method: run}: the agent's own
+    (``own_fixed_rule_runs``), ``rm3-<stage>`` of ``field_stages``, and the other stage's rules named
+    ``<rule>-<stage>`` (its plain ``rm3`` is ``rm3-<stage>``)."""
+    runs = own_fixed_rule_runs(cfg, ws, split, qids, texts)
+    own = first_stage(cfg)
+    for stage in field_stages(cfg):
+        sws = ws.on_stage(stage)
+        runs[f"rm3-{stage}"] = stage_rm3_run(sws, stage, qids, texts)
+        if stage != own:
+            other = own_fixed_rule_runs(sws.cfg, sws, split, qids, texts)
+            runs.update({f"{m}-{stage}": run for m, run in other.items() if m != "rm3"})
+    return runs
+
+
+def is_rule(method: str) -> bool:
+    """Whether a method is one of the action space's rules (over either first stage)."""
+    return method.startswith(RULE_PREFIX)
 
 
 def best_method(runs: dict[str, Run], names: list[str], qrels: dict[str, dict[str, int]], excluded: dict[str, str],
@@ -119,10 +162,13 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
     runs: dict[str, Run] = {}
     if baselines:
         runs["bm25"] = bm25_run(ws.retriever, qids, texts, top_k)
+        for stage in field_stages(cfg):
+            sws = ws.on_stage(stage)
+            runs[f"bm25-{stage}"] = runs["bm25"] if sws is ws else bm25_run(sws.retriever, qids, texts, top_k)
         fixed = fixed_rule_runs(cfg, ws, split, qids, texts)
-        rules = [m for m in fixed if m.startswith(RULE_PREFIX)]
+        rules = [m for m in fixed if is_rule(m)]
         runs.update({m: run for m, run in fixed.items() if m not in rules})
-        if rules:  # the best on this split, as the best fixed rule is picked
+        if rules:  # the best on this split, over both first stages, as the best fixed rule is picked
             best = best_method(fixed, rules, qrels, excluded, qids)
             runs[best] = fixed[best]
         if split != DEV_SPLIT and has_split(ws, DEV_SPLIT):

@@ -11,7 +11,7 @@ from ir_measures import AP, RR, R, nDCG
 from adaptive_ir.common.io import atomic_write_bytes
 from adaptive_ir.retrieval.feedback import SemanticFeedback
 from adaptive_ir.retrieval.retriever import Retriever
-from adaptive_ir.retrieval.rm3 import RM3_FB_DOCS, rm3_expansion
+from adaptive_ir.retrieval.rm3 import RM3_FB_DOCS, rm3_anserini_expansion, rm3_expansion
 
 MEASURES = [R @ 10, R @ 40, R @ 100, AP @ 40, nDCG @ 10, RR @ 10]
 """Reported measures; their names are ir-measures' own (``str(R@40) == 'R@40'``)."""
@@ -123,6 +123,14 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
     baseline that shows what the learned term choice adds over better feedback documents alone."""
     exp_terms, exp_weights = rm3_expansion(retriever, retriever.encode(texts), fb_docs, fb_terms, orig_weight,
                                            feedback, query_vectors)
+    scores, idx = retriever.search(exp_terms, exp_weights, k=k)
+    return to_run(qids, retriever.doc_ids, scores, idx)
+
+
+def rm3_anserini_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100) -> Run:
+    """BM25 + RM3 as Pyserini's ``set_rm3()`` runs it (``retrieval.rm3.rm3_anserini_expansion``), over the
+    Lucene-parity index ``retriever``."""
+    exp_terms, exp_weights = rm3_anserini_expansion(retriever, texts)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)
     return to_run(qids, retriever.doc_ids, scores, idx)
 

@@ -19,6 +19,7 @@ from adaptive_ir.common.errors import DataError
 from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
 from adaptive_ir.common.progress import Phases
 from adaptive_ir.config import Config
+from adaptive_ir.config.stages import first_stage, on_first_stage
 from adaptive_ir.data import Collection, load_collection
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
 from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
@@ -78,11 +79,15 @@ class Tables:
 
 
 class Workspace:
-    """The retrieval system, candidate miner and embedder for one config, built once."""
+    """The retrieval system, candidate miner and embedder for one config, built once.
+
+    ``embed=False`` leaves the embedder out: a workspace that mines candidates and runs rules, never a policy
+    (``on_stage``)."""
 
     def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
-                 progress: bool = True, splits: tuple[str, ...] | None = None):
-        self.cfg, self.device, self.progress = cfg, device, progress
+                 progress: bool = True, splits: tuple[str, ...] | None = None, embed: bool = True):
+        self.cfg, self.device, self.progress, self.embed = cfg, device, progress, embed
+        self._stages: dict[str, Workspace] = {}
         self.phases = Phases(progress)
         """Wall time of each precompute phase (and of training, which the trainer adds), peak memory."""
         cm, rc = cfg.candidate_mining, cfg.retrieval
@@ -93,13 +98,8 @@ class Workspace:
                                               device=device, progress=progress,
                                               analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer),
                                               scoring=rc.bm25_scoring)
-        with self.phases("embedding model"):
-            ec = cfg.embeddings
-            self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
-                                          ec.embedding_dim, cfg.system.seed,
-                                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu",
-                                          cache_dir=cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
-            self.emb_cache = EmbeddingCache(cfg.cache_path_dir, self.embedder.cache_key)
+        if embed:
+            self._load_embedder()
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
         self._last_start: tuple[tuple[str, ...], tuple] | None = None
         """The last RM3 start (its query texts, the result): a split's rules, agent and oracle start from it alike."""
@@ -110,11 +110,31 @@ class Workspace:
                                     preview_levels=rc.levels if cm.effect_preview else None, preview_k=rc.reward_k,
                                     preview_by_score=rc.expansion_weighting == "score")
 
+    def _load_embedder(self) -> None:
+        ec = self.cfg.embeddings
+        with self.phases("embedding model"):
+            self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
+                                          ec.embedding_dim, self.cfg.system.seed, ec.batch_size,
+                                          "cuda" if self.device.type == "cuda" else "cpu",
+                                          cache_dir=self.cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
+            self.emb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.embedder.cache_key)
+
+    def on_stage(self, name: str) -> Workspace:
+        """This workspace's miner and rules over the first stage ``name`` (``config.stages``): itself where its
+        retrieval settings are that stage's, else a workspace over the same collection with that stage's index
+        and no embedder, built once."""
+        if first_stage(self.cfg) == name:
+            return self
+        if name not in self._stages:
+            self._stages[name] = Workspace(on_first_stage(self.cfg, name), self.device, self.collection,
+                                           self.progress, embed=False)
+        return self._stages[name]
+
     def _semantic_feedback(self) -> SemanticFeedback:
         """The re-ranking model and every document's vector (encoded once into the cache, resumable, see
         ``encode_corpus``)."""
         cm, ec = self.cfg.candidate_mining, self.cfg.embeddings
-        if ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
+        if self.embed and ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
             self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
         else:
             with self.phases("feedback re-ranking model"):

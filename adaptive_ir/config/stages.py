@@ -1,0 +1,44 @@
+"""The two first stages a reviewer compares: the engine's default BM25 and Anserini's, as retrieval settings.
+
+A *first stage* is the index and BM25 the rewrites start from and are scored on: analyzer, stemmer, k1, b, idf and
+scoring. ``default`` is the engine's (bm25s' analyzer and impacts, k1 1.5, b 0.75, no stemming); ``anserini`` is
+Anserini's BEIR "flat" BM25 at Pyserini's defaults (Lucene's English analyzer with the Porter stemmer, Lucene's BM25
+with k1 0.9, b 0.4), which ``configs/scifact-anserini.yaml`` reproduces to the digit. Evaluation runs BM25 and RM3
+over both, and the fixed rules over both, whichever one the agent uses (``evaluation.methods``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from adaptive_ir.config.schema import Config
+
+DEFAULT_STAGE = "default"
+ANSERINI_STAGE = "anserini"
+FIRST_STAGES: dict[str, dict[str, object]] = {
+    DEFAULT_STAGE: {"analyzer": "bm25s", "stemmer": "none", "bm25_k1": 1.5, "bm25_b": 0.75, "idf": "lucene",
+                    "bm25_scoring": "bm25s"},
+    ANSERINI_STAGE: {"analyzer": "lucene", "stemmer": "porter", "bm25_k1": 0.9, "bm25_b": 0.4, "idf": "lucene",
+                     "bm25_scoring": "lucene"},
+}
+"""Each named first stage's ``retrieval`` settings."""
+
+
+def first_stage(cfg: Config) -> str | None:
+    """The name of the first stage ``cfg``'s retrieval settings are, or None for other settings."""
+    rc = cfg.retrieval
+    return next((name for name, keys in FIRST_STAGES.items()
+                 if all(getattr(rc, key) == value for key, value in keys.items())), None)
+
+
+def on_first_stage(cfg: Config, name: str) -> Config:
+    """``cfg`` with the retrieval settings of the first stage ``name``; the rest unchanged, except that a stemmed
+    index mines no stem variants (its terms are stems already)."""
+    keys = FIRST_STAGES[name]
+    out = replace(cfg, retrieval=replace(cfg.retrieval, **keys))  # type: ignore[arg-type]
+    if keys["stemmer"] != "none":
+        out = replace(out, candidate_mining=replace(cfg.candidate_mining, stem_variants=False))
+    return out
+
+
+__all__ = ["ANSERINI_STAGE", "DEFAULT_STAGE", "FIRST_STAGES", "first_stage", "on_first_stage"]
