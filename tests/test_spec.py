@@ -138,6 +138,7 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
     assert all(torch.equal(exported["model"][k], v) for k, v in state["model"].items())
     card = (folder / "README.md").read_text()
     assert digest in card and "training.init_from" in card and "MIT" in card
+    assert "- **First stage**: `default`: the engine's default BM25" in card  # the tiny config's index
     assert exported["origin"]["command"] is None and "**Command**" not in card  # a Trainer made in Python: no run
     # a run starts from the export: its weights, and the log names it with its sha256
     cfg = tiny_config(tmp_path / "from-export", **{"training.init_from": str(folder), "training.num_epochs": 0})

@@ -12,6 +12,7 @@ from pathlib import Path
 from adaptive_ir.artifacts.spec import SPEC_FORMAT
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
+from adaptive_ir.config.stages import STAGE_DESCRIPTIONS, stage_named
 
 WEIGHTS, SPEC, CARD = "policy.safetensors", "policy.json", "README.md"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -98,6 +99,9 @@ def model_card(meta: dict) -> str:
     applied_with = ("\n- **Applied with**: " + ", ".join(notes) + " wherever it is applied (`evaluate`/`reformulate "
                     "--policy`, `Reformulator.from_pretrained`); `--set` the trained value to apply it as it was trained."
                     if notes else "")
+    stage = stage_named(cfg["retrieval"])
+    first = (f"`{stage}`: {STAGE_DESCRIPTIONS[stage]}" if stage else
+             "its own BM25 settings (`retrieval` in the config below)")
     return f"""# adaptive-ir query-reformulation policy ({name}, seed {cfg['system']['seed']})
 
 A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_per_episode']} of the
@@ -108,6 +112,7 @@ A PPO policy that rewrites a query by appending up to {spec['rl_agent.max_steps_
   data's identity, the full training config), this card.
 - **Origin**: checkpoint `{origin['checkpoint']}` at update {origin['update']}, run `{run.get('id')}`, code
   `{run.get('git_commit')}`; dev selection metric {'n/a' if dev is None or dev < 0 else f'{dev:.4f}'}.{made}{started}{applied_with}
+- **First stage**: {first}: the index it was trained over, which its config applies it with.
 - **Training data**: corpus sha256 `{data.get('corpus_sha256')}`, analyzer `{data.get('analyzer')}`{also_ids}.
 - **Use**: on any collection, as it is: `adaptive-ir evaluate --policy <this folder> --data-dir <BEIR folder>
   --baselines`, `adaptive-ir reformulate --policy <this folder> --data-dir <BEIR folder> "query"`; fine-tune it

@@ -22,9 +22,17 @@ from adaptive_ir.config.schema import (
     config_to_dict,
     resolve_device,
 )
-from adaptive_ir.config.stages import ANSERINI_STAGE, DEFAULT_STAGE, FIRST_STAGES, first_stage, on_first_stage
+from adaptive_ir.config.stages import (
+    ANSERINI_STAGE,
+    DEFAULT_STAGE,
+    FIRST_STAGES,
+    STAGE_DESCRIPTIONS,
+    first_stage,
+    on_first_stage,
+    stage_named,
+)
 
-__all__ = ["ANSERINI_STAGE", "CONFIG_DIR", "DEFAULT_STAGE", "FIRST_STAGES", "SECTIONS", "AgentConfig",
-           "CandidateConfig", "Config", "ConfigError", "DataConfig", "EmbeddingsConfig", "RRFConfig", "RetrievalConfig",
-           "SystemConfig", "TrainingConfig", "build_config", "config_from_dict", "config_to_dict", "first_stage",
-           "load_config", "on_first_stage", "resolve_device"]
+__all__ = ["ANSERINI_STAGE", "CONFIG_DIR", "DEFAULT_STAGE", "FIRST_STAGES", "SECTIONS", "STAGE_DESCRIPTIONS",
+           "AgentConfig", "CandidateConfig", "Config", "ConfigError", "DataConfig", "EmbeddingsConfig", "RRFConfig",
+           "RetrievalConfig", "SystemConfig", "TrainingConfig", "build_config", "config_from_dict", "config_to_dict",
+           "first_stage", "load_config", "on_first_stage", "resolve_device", "stage_named"]

@@ -9,7 +9,9 @@ over both, and the fixed rules over both, whichever one the agent uses (``evalua
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from adaptive_ir.config.schema import Config
 
@@ -24,11 +26,22 @@ FIRST_STAGES: dict[str, dict[str, object]] = {
 """Each named first stage's ``retrieval`` settings."""
 
 
+STAGE_DESCRIPTIONS = {
+    DEFAULT_STAGE: "the engine's default BM25 (bm25s' analyzer, no stemming, k1 1.5, b 0.75)",
+    ANSERINI_STAGE: "Anserini's BEIR flat BM25 at Pyserini's defaults (Lucene's English analyzer with the Porter "
+                    "stemmer, k1 0.9, b 0.4)",
+}
+
+
+def stage_named(retrieval: Mapping[str, Any]) -> str | None:
+    """The name of the first stage a ``retrieval`` section (as ``config_to_dict`` writes it) is, or None."""
+    return next((name for name, keys in FIRST_STAGES.items()
+                 if all(retrieval.get(key) == value for key, value in keys.items())), None)
+
+
 def first_stage(cfg: Config) -> str | None:
     """The name of the first stage ``cfg``'s retrieval settings are, or None for other settings."""
-    rc = cfg.retrieval
-    return next((name for name, keys in FIRST_STAGES.items()
-                 if all(getattr(rc, key) == value for key, value in keys.items())), None)
+    return stage_named(vars(cfg.retrieval))
 
 
 def on_first_stage(cfg: Config, name: str) -> Config:
@@ -41,4 +54,5 @@ def on_first_stage(cfg: Config, name: str) -> Config:
     return out
 
 
-__all__ = ["ANSERINI_STAGE", "DEFAULT_STAGE", "FIRST_STAGES", "first_stage", "on_first_stage"]
+__all__ = ["ANSERINI_STAGE", "DEFAULT_STAGE", "FIRST_STAGES", "STAGE_DESCRIPTIONS", "first_stage", "on_first_stage",
+           "stage_named"]
