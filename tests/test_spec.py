@@ -210,6 +210,8 @@ def test_a_card_names_the_command_of_the_run_while_its_folder_still_holds_that_r
     (tmp_path / "run.json").write_text(json.dumps({"id": "r1", "command": argv}))
     assert run_command({"id": "r1", "dir": str(tmp_path)}) == "adaptive-ir train --config wikicar --seed 1"
     assert run_command({"id": "r2", "dir": str(tmp_path)}) is None  # the folder now holds another run
+    (tmp_path / "run.json").write_text(json.dumps({"id": "r1", "command": ["/x/adaptive_ir/cli.py", "train"]}))
+    assert run_command({"id": "r1", "dir": str(tmp_path)}) == "adaptive-ir train"  # python -m adaptive_ir.cli
     assert run_command({"id": "r1", "dir": str(tmp_path / "gone")}) is None and run_command(None) is None
 
 
@@ -220,10 +222,20 @@ def test_the_general_policies_share_one_spec_and_say_what_they_were_trained_on()
     assert tuned["spec"] == general["spec"] == joint["spec"]
     assert tuned["config"]["training"]["init_from"] == "general" and tuned["origin"]["init_from_sha256"] == digest
     assert tuned["data"] != general["data"]  # WikiCAR, then NFCorpus
-    # WikiCAR and NFCorpus at once: both identities recorded, and the card names both
-    assert joint["data"] == general["data"] and [a["name"] for a in joint["also_data"]] == ["nfcorpus"]
+    # WikiCAR and NFCorpus at once, over Anserini's first stage (the same corpus, another analyzer): both identities
+    # recorded, and the card names both and the first stage
+    assert joint["data"]["corpus_sha256"] == general["data"]["corpus_sha256"]
+    assert joint["data"]["analyzer"] != general["data"]["analyzer"] and first_stage_of(joint) == "anserini"
+    assert [a["name"] for a in joint["also_data"]] == ["nfcorpus"]
     assert joint["also_data"][0]["corpus_sha256"] == tuned["data"]["corpus_sha256"]
-    assert "on `wikicar` and `nfcorpus`" in (SHIPPED_DIR / "general-joint" / "README.md").read_text()
+    card = (SHIPPED_DIR / "general-joint" / "README.md").read_text()
+    assert "on `wikicar` and `nfcorpus`" in card and "- **First stage**: `anserini`" in card
+
+
+def first_stage_of(policy: dict) -> str | None:
+    from adaptive_ir.config import stage_named
+
+    return stage_named(policy["config"]["retrieval"])
 
 
 @pytest.mark.parametrize("index", ["", "-anserini"])

@@ -51,7 +51,8 @@ def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, sourc
 
 def run_command(run: dict | None) -> str | None:
     """The command line that made the run, read from its folder's ``run.json`` while that folder still holds this
-    run (None otherwise): the program's own name, then its arguments."""
+    run (None otherwise): the program's own name (``adaptive-ir`` for ``python -m adaptive_ir.cli``), then its
+    arguments."""
     if run is None:
         return None
     try:
@@ -61,7 +62,9 @@ def run_command(run: dict | None) -> str | None:
     argv = record.get("command") or []
     if record.get("id") != run.get("id") or not argv:
         return None
-    return " ".join([Path(argv[0]).name, *argv[1:]])
+    program = Path(argv[0])
+    name = "adaptive-ir" if (program.name, program.parent.name) == ("cli.py", "adaptive_ir") else program.name
+    return " ".join([name, *argv[1:]])
 
 
 def model_card(meta: dict) -> str:
