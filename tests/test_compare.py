@@ -288,3 +288,32 @@ def test_a_seed_saved_before_the_seed_keys_left_the_schema_is_compared_by_its_se
     stored["training"] = {**stored["training"], "gamma": 0.5}
     with pytest.raises(ConfigError, match=r"training\.gamma: 0\.5 there, 0\.99 now"):
         cmp._same_settings(cfg, stored, tmp_path / "trained.json")
+
+
+def test_an_agent_over_anserinis_index_gets_the_default_first_stage_as_the_field_rows(tmp_path):
+    # the agent's own rows (bm25, rm3) are Anserini's index now; bm25-anserini is that very run, rm3-anserini is
+    # Anserini's own RM3 over it, and the engine's default first stage brings bm25-default, rm3-default and its rules
+    import torch
+
+    from adaptive_ir.config import first_stage, on_first_stage
+    from adaptive_ir.evaluation.methods import fixed_rule_runs, split_runs
+    from adaptive_ir.evaluation.metrics import rm3_anserini_run, rm3_run
+    from adaptive_ir.rl.workspace import Workspace
+
+    cfg = on_first_stage(tiny_config(tmp_path, **{"candidate_mining.feedback": "bm25"}), "anserini")
+    ws = Workspace(cfg, torch.device("cpu"), collection=make_default(), progress=False)
+    qids, texts, qrels = ws.collection.split("dev")
+    _, _, runs = split_runs(cfg, ws, "dev")
+    assert {"bm25", "rm3", "bm25-anserini", "rm3-anserini", "bm25-default", "rm3-default"} <= set(runs)
+    assert runs["bm25-anserini"] == runs["bm25"]
+    assert runs["rm3-anserini"] == rm3_anserini_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
+    assert runs["rm3-anserini"] != runs["rm3"]  # Anserini's RM3 is not ours, even over the same index
+    field = ws.on_stage("default")
+    assert first_stage(field.cfg) == "default" and field.collection is ws.collection and not hasattr(field, "embedder")
+    assert ws.on_stage("default") is field and ws.on_stage("anserini") is ws
+    default_bm25 = bm25_run(field.retriever, qids, texts, cfg.retrieval.top_k)
+    assert runs["bm25-default"] == default_bm25 != runs["bm25"]
+    assert runs["rm3-default"] == rm3_run(field.retriever, qids, texts, cfg.retrieval.top_k)
+    fixed = fixed_rule_runs(cfg, ws, "dev", qids, texts)
+    assert any(m.startswith("rule-") and m.endswith("-default") for m in fixed)
+    assert any(m.startswith("rule-") and not m.endswith("-default") for m in fixed)
