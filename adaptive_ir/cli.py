@@ -157,13 +157,11 @@ def _settings(items: list[str], flag: str = "--set") -> dict[str, str]:
 def _overrides(args) -> dict[str, str]:
     o = _settings(args.set)
     stage = getattr(args, "first_stage", None)
-    if stage is not None:  # the stage's retrieval keys, under whatever --set names
-        from adaptive_ir.config import FIRST_STAGES
+    if stage is not None:  # the stage's keys, under whatever --set names (values as YAML reads them back)
+        from adaptive_ir.config import stage_settings
 
-        keys = {f"retrieval.{k}": str(v) for k, v in FIRST_STAGES[stage].items()}
-        if FIRST_STAGES[stage]["stemmer"] != "none":
-            keys["candidate_mining.stem_variants"] = "false"
-        o = {**keys, **o}
+        o = {**{key: json.dumps(v) if isinstance(v, bool) else str(v) for key, v in stage_settings(stage).items()},
+             **o}
     for flag, key in (("data_dir", "data.data_dir"), ("output_dir", "training.output_dir"),
                       ("device", "system.device"), ("seed", "system.seed"), ("epochs", "training.num_epochs"),
                       ("batch_size", "training.batch_size"), ("collect_batch_size", "training.collect_batch_size")):
@@ -296,7 +294,8 @@ def cmd_reformulate(args) -> int:
 
     fmt = "json" if args.json else args.format
     if args.checkpoint and (args.set or args.first_stage):
-        raise ConfigError("--set and --first-stage go with --policy: a checkpoint is reformulated with the config it was trained with")
+        raise ConfigError("--set and --first-stage go with --policy: a checkpoint is reformulated with the config "
+                          "it was trained with")
     sources = [flag for flag, given in (("query texts", args.queries), ("--queries", args.queries_file),
                                         ("--split", args.split)) if given]
     if len(sources) != 1:

@@ -285,5 +285,5 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["compare", "build_report", "is_baseline", "is_fixed_rule", "format_report", "parse_seeds", "seed_config", "Evaluated",
-           "CompareInterrupted"]
+__all__ = ["compare", "build_report", "is_baseline", "is_fixed_rule", "format_report", "parse_seeds", "seed_config",
+           "Evaluated", "CompareInterrupted"]

@@ -51,6 +51,11 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(args.config, _overrides(args))
+    own = first_stage(cfg) or "own"
+    stages = dict.fromkeys(own if s == "own" else s for s in args.first_stages.split(","))
+    unknown = [s for s in stages if s != "own" and s not in FIRST_STAGES]
+    if unknown:
+        p.error(f"--first-stages: unknown {', '.join(unknown)} (expected own, {', '.join(FIRST_STAGES)})")
     ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=(args.split,))
     qids, texts, qrels = ws.collection.split(args.split)
     excluded = ws.collection.excluded_docs(args.split)
@@ -61,8 +66,6 @@ def main() -> None:
     rows = []
     levels = cfg.retrieval.levels if args.weights is None else tuple(float(x) for x in args.weights.split(","))
     depths = tuple(int(x) for x in args.top_j.split(","))
-    own = first_stage(cfg) or "own"
-    stages = dict.fromkeys(own if s == "own" else s for s in args.first_stages.split(","))
     for stage in stages:
         sws = ws if stage == own else ws.on_stage(stage)
         for (w, j), run in rule_runs(sws.cfg, sws, args.split, qids, texts, levels, depths).items():

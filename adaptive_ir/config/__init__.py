@@ -30,9 +30,11 @@ from adaptive_ir.config.stages import (
     first_stage,
     on_first_stage,
     stage_named,
+    stage_settings,
 )
 
 __all__ = ["ANSERINI_STAGE", "CONFIG_DIR", "DEFAULT_STAGE", "FIRST_STAGES", "SECTIONS", "STAGE_DESCRIPTIONS",
            "AgentConfig", "CandidateConfig", "Config", "ConfigError", "DataConfig", "EmbeddingsConfig", "RRFConfig",
            "RetrievalConfig", "SystemConfig", "TrainingConfig", "build_config", "config_from_dict", "config_to_dict",
-           "first_stage", "load_config", "on_first_stage", "resolve_device", "stage_named"]
+           "first_stage", "load_config", "on_first_stage", "resolve_device", "stage_named",
+           "stage_settings"]

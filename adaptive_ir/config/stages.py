@@ -44,15 +44,24 @@ def first_stage(cfg: Config) -> str | None:
     return stage_named(vars(cfg.retrieval))
 
 
+def stage_settings(name: str) -> dict[str, object]:
+    """The dotted config keys the first stage ``name`` sets: its ``retrieval`` settings, and no stem variants over a
+    stemmed index (its terms are stems already)."""
+    keys: dict[str, object] = {f"retrieval.{key}": value for key, value in FIRST_STAGES[name].items()}
+    if FIRST_STAGES[name]["stemmer"] != "none":
+        keys["candidate_mining.stem_variants"] = False
+    return keys
+
+
 def on_first_stage(cfg: Config, name: str) -> Config:
-    """``cfg`` with the retrieval settings of the first stage ``name``; the rest unchanged, except that a stemmed
-    index mines no stem variants (its terms are stems already)."""
-    keys = FIRST_STAGES[name]
-    out = replace(cfg, retrieval=replace(cfg.retrieval, **keys))  # type: ignore[arg-type]
-    if keys["stemmer"] != "none":
-        out = replace(out, candidate_mining=replace(cfg.candidate_mining, stem_variants=False))
-    return out
+    """``cfg`` with the settings of the first stage ``name`` (``stage_settings``), the rest unchanged."""
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in stage_settings(name).items():
+        section, setting = key.split(".")
+        sections.setdefault(section, {})[setting] = value
+    return replace(cfg, **{section: replace(getattr(cfg, section), **settings)
+                           for section, settings in sections.items()})
 
 
 __all__ = ["ANSERINI_STAGE", "DEFAULT_STAGE", "FIRST_STAGES", "STAGE_DESCRIPTIONS", "first_stage", "on_first_stage",
-           "stage_named"]
+           "stage_named", "stage_settings"]

@@ -82,14 +82,6 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
     return {(w, j): out[(w, j)] for w in levels for j in depths}  # weight-major, as the script prints them
 
 
-def stage_rm3_run(ws: Workspace, stage: str, qids: list[str], texts: list[str]) -> Run:
-    """The RM3 baseline of a first stage: Anserini's own over its index, ours over the default one."""
-    retriever, top_k = ws.retriever, ws.cfg.retrieval.top_k
-    if stage == ANSERINI_STAGE:
-        return rm3_anserini_run(retriever, qids, texts, top_k)
-    return rm3_run(retriever, qids, texts, top_k)
-
-
 def field_stages(cfg: Config) -> list[str]:
     """The first stages whose ``bm25-<stage>`` / ``rm3-<stage>`` rows a table carries: Anserini's always, the
     default one unless it is the agent's own (then ``bm25`` and ``rm3`` are those rows)."""
@@ -115,16 +107,19 @@ def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str],
 
 def fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]) -> dict[str, Run]:
     """Every fixed rule on a split over both first stages, {method: run}: the agent's own
-    (``own_fixed_rule_runs``), ``rm3-<stage>`` of ``field_stages``, and the other stage's rules named
-    ``<rule>-<stage>`` (its plain ``rm3`` is ``rm3-<stage>``)."""
+    (``own_fixed_rule_runs``), ``rm3-<stage>`` of ``field_stages`` (Anserini's own RM3 over its index, ours over the
+    default one), and the other stage's rules named ``<rule>-<stage>``."""
     runs = own_fixed_rule_runs(cfg, ws, split, qids, texts)
-    own = first_stage(cfg)
     for stage in field_stages(cfg):
         sws = ws.on_stage(stage)
-        runs[f"rm3-{stage}"] = stage_rm3_run(sws, stage, qids, texts)
-        if stage != own:
-            other = own_fixed_rule_runs(sws.cfg, sws, split, qids, texts)
-            runs.update({f"{m}-{stage}": run for m, run in other.items() if m != "rm3"})
+        other = {} if sws is ws else own_fixed_rule_runs(sws.cfg, sws, split, qids, texts)
+        ours = other.pop("rm3", None)  # our RM3 over that index: the stage's RM3 unless the stage is Anserini's
+        if stage == ANSERINI_STAGE:
+            runs[f"rm3-{stage}"] = rm3_anserini_run(sws.retriever, qids, texts, sws.cfg.retrieval.top_k)
+        else:
+            assert ours is not None  # field_stages: another stage than the agent's own
+            runs[f"rm3-{stage}"] = ours
+        runs.update({f"{m}-{stage}": run for m, run in other.items()})
     return runs
 
 
