@@ -275,3 +275,24 @@ def test_policy_steps_script_accounts_for_every_episode_at_every_step(tmp_path):
         assert after["going"] == sum(now["added_per_weight"].values()) <= now["going"]
         assert now["going"] == 0 or 0 <= now["p_stop_quartiles"][0] <= now["p_stop_quartiles"][2] <= 1
     assert sum(sum(s["added_per_weight"].values()) for s in steps) > 0
+
+
+def test_index_build(tmp_path):
+    from adaptive_ir.data import make_default
+    from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
+
+    out = tmp_path / "index_build.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "index_build.py"), "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert [r["stage"] for r in d["stages"]] == ["default", "anserini"]
+    coll = make_default()
+    for row, analyzer in zip(d["stages"], (Analyzer(), Analyzer(kind="lucene", stemmer="porter"))):
+        # each stage's figures are of its own analyzer's index of the whole corpus
+        corpus = CorpusTerms.build(coll.iter_doc_texts(), analyzer)
+        assert (row["num_docs"], row["vocabulary"], row["postings"]) == (coll.num_docs, len(corpus.vocab),
+                                                                         corpus.num_postings)
+        assert row["docs_per_s"] > 0 and row["peak_rss_gib"] > 0
+    assert d["lucene_vs_default_docs_per_s"] == pytest.approx(d["stages"][1]["docs_per_s"] / d["stages"][0]["docs_per_s"],
+                                                              abs=1e-3)

@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 import Stemmer
 from helpers import beir
+from ir_measures import R, nDCG
 
 from adaptive_ir.config import ConfigError, load_config
 from adaptive_ir.data import Collection, MemoryCorpus
-from adaptive_ir.evaluation.metrics import R, bm25_run, evaluate_run, nDCG
+from adaptive_ir.evaluation.metrics import bm25_run, evaluate_run
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 from adaptive_ir.retrieval.index import LENGTH_TABLE, BM25Index, LuceneWeights, length_norm_byte
-from adaptive_ir.retrieval.lucene import porter_stem, standard_tokens
+from adaptive_ir.retrieval.lucene import standard_tokens
+from adaptive_ir.retrieval.porter import porter_stem
 from adaptive_ir.retrieval.retriever import Retriever, index_folder
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "lucene_english.json").read_text(encoding="utf-8"))

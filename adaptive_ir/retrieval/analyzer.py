@@ -29,6 +29,7 @@ from bm25s.stopwords import STOPWORDS_EN
 from adaptive_ir.common.io import atomic_save_npy, atomic_write_bytes
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import lucene
+from adaptive_ir.retrieval.porter import porter_stems
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 """bm25s' (and scikit-learn's) default token pattern: runs of two or more word characters."""
@@ -71,17 +72,14 @@ class Analyzer:
             return [t for t in self._token_re.findall(text.lower()) if t not in self.stopwords]
         return [w for w in map(lucene.normalize, lucene.standard_tokens(text)) if w and w not in self.stopwords]
 
-    def stem(self, word: str) -> str:
-        if self.stemmer == "none":
-            return word
-        out = self._stems.get(word)
-        if out is None:
-            out = self._stems[word] = lucene.porter_stem(word)
-        return out
-
     def tokenize(self, text: str) -> list[str]:
         words = self.words(text)
-        return words if self.stemmer == "none" else list(map(self.stem, words))
+        if self.stemmer == "none":
+            return words
+        new = [w for w in dict.fromkeys(words) if w not in self._stems]
+        if new:  # one compiled call for the words not seen before
+            self._stems.update(zip(new, porter_stems(new)))
+        return [self._stems[w] for w in words]
 
     @property
     def settings(self) -> dict:
@@ -213,8 +211,7 @@ class _StandardTable:
 class _Stems:
     """Word id → stem id as words appear, and how often each word occurs (to pick each stem's surface form)."""
 
-    def __init__(self, analyzer: Analyzer):
-        self.stem = analyzer.stem
+    def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.of = np.zeros(0, np.int32)
         self.count = np.zeros(0, np.int64)
@@ -228,7 +225,7 @@ class _Stems:
         n = table.num_terms()
         if n > len(self.of):
             ids = self.ids
-            new = [ids.setdefault(self.stem(w), len(ids)) for w in table.new_terms(len(self.of))]
+            new = [ids.setdefault(s, len(ids)) for s in porter_stems(table.new_terms(len(self.of)))]
             self.of = np.concatenate([self.of, np.asarray(new, dtype=np.int32)])
             self.count = np.concatenate([self.count, np.zeros(n - len(self.count), np.int64)])
         self.count += np.bincount(word_ids, minlength=n)
@@ -291,7 +288,7 @@ class CorpusTerms:
         """Analyze a stream of chunks of document texts (corpus order). Per chunk, only its token ids live
         as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document."""
         table = _TermTable(analyzer) if analyzer.kind == "bm25s" else _StandardTable(analyzer)
-        stems = _Stems(analyzer) if analyzer.stemmer != "none" else None
+        stems = _Stems() if analyzer.stemmer != "none" else None
         parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": []}
         with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
             for chunk in chunks:
