@@ -19,6 +19,7 @@ step budget, either first stage) as the method ``rule-w<w>-j<j>[-<stage>]``; thi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 import ir_measures
@@ -67,8 +68,9 @@ def main() -> None:
     levels = cfg.retrieval.levels if args.weights is None else tuple(float(x) for x in args.weights.split(","))
     depths = tuple(int(x) for x in args.top_j.split(","))
     for stage in stages:
-        sws = ws if stage == own else ws.on_stage(stage)
-        for (w, j), run in rule_runs(sws.cfg, sws, args.split, qids, texts, levels, depths).items():
+        with contextlib.nullcontext(ws) if stage == own else ws.on_stage(stage) as sws:
+            stage_runs = rule_runs(sws.cfg, sws, args.split, qids, texts, levels, depths)
+        for (w, j), run in stage_runs.items():
             run = drop_excluded(run, excluded)
             metrics = evaluate_run(qrels, run, qids=qids)
             rows.append({"split": args.split, "first_stage": stage, "w": w, "top_j": j,

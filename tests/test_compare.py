@@ -4,7 +4,9 @@ labels (small split, best fixed rule)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import ir_measures
 import numpy as np
@@ -77,24 +79,26 @@ def test_every_method_and_seed_keeps_its_run_file_and_the_table_follows_from_the
     from adaptive_ir.rl.workspace import Workspace
 
     ws = Workspace(cfg, torch.device("cpu"), collection=coll, progress=False)
-    field = ws.on_stage("anserini")
-    assert field.cfg.retrieval.stemmer == "porter" and field.on_stage("anserini") is field
     r40 = {wj: evaluate_run(qrels, run, qids=qids)["R@40"] for wj, run in rule_runs(cfg, ws, "test", qids, texts).items()}
-    r40_field = {wj: evaluate_run(qrels, run, qids=qids)["R@40"]
-                 for wj, run in rule_runs(field.cfg, field, "test", qids, texts).items()}
+    with ws.on_stage("anserini") as field:
+        assert field.cfg.retrieval.stemmer == "porter"
+        with field.on_stage("anserini") as same:
+            assert same is field
+        r40_field = {wj: evaluate_run(qrels, run, qids=qids)["R@40"]
+                     for wj, run in rule_runs(field.cfg, field, "test", qids, texts).items()}
     assert {j for _, j in r40} == {j for j in (1, 2, 3, 5, 8, 10) if j <= cfg.rl_agent.max_steps_per_episode}
     assert set(r40_field) == set(r40)
     assert report["methods"][rule]["mean"]["R@40"] == pytest.approx(max([*r40.values(), *r40_field.values()]),
                                                                      abs=1e-9)
     # the fixed rule chosen on dev: the best on dev of every fixed rule, its run on this split
     dqids, dtexts, dqrels = coll.split("dev")
-    on_dev = {m: evaluate_run(dqrels, run, qids=dqids)["R@40"]
-              for m, run in fixed_rule_runs(cfg, ws, "dev", dqids, dtexts).items()}
+    fixed, _ = fixed_rule_runs(cfg, ws, {"test": (qids, texts), "dev": (dqids, dtexts)})
+    on_dev = {m: evaluate_run(dqrels, run, qids=dqids)["R@40"] for m, run in fixed["dev"].items()}
     assert set(on_dev) == ({"rm3", "rm3-feedback", "rm3-anserini", "rm3-feedback-anserini"}
                            | {f"rule-w{w:g}-j{j}{stage}" for w, j in r40 for stage in ("", "-anserini")})
     assert dev_chosen == DEV_CHOSEN + max(on_dev, key=on_dev.get)
     name = dev_chosen.removeprefix(DEV_CHOSEN)
-    on_test = fixed_rule_runs(cfg, ws, "test", qids, texts)[name]
+    on_test = fixed["test"][name]
     kept = read_run(files[dev_chosen][0])
     assert {q: list(d) for q, d in kept.items()} == {q: list(d) for q, d in on_test.items()}  # the same rankings
     # paired tests: the agent's per-query mean over seeds against BM25, the best baseline, the best fixed rule and
@@ -308,12 +312,20 @@ def test_an_agent_over_anserinis_index_gets_the_default_first_stage_as_the_field
     assert runs["bm25-anserini"] == runs["bm25"]
     assert runs["rm3-anserini"] == rm3_anserini_run(ws.retriever, qids, texts, cfg.retrieval.top_k)
     assert runs["rm3-anserini"] != runs["rm3"]  # Anserini's RM3 is not ours, even over the same index
-    field = ws.on_stage("default")
-    assert first_stage(field.cfg) == "default" and field.collection is ws.collection and not hasattr(field, "embedder")
-    assert ws.on_stage("default") is field and ws.on_stage("anserini") is ws
-    default_bm25 = bm25_run(field.retriever, qids, texts, cfg.retrieval.top_k)
+    with ws.on_stage("anserini") as same:
+        assert same is ws
+    with ws.on_stage("default") as field:
+        assert first_stage(field.cfg) == "default" and field.collection is ws.collection
+        assert not hasattr(field, "embedder")
+        default_bm25 = bm25_run(field.retriever, qids, texts, cfg.retrieval.top_k)
+        default_rm3 = rm3_run(field.retriever, qids, texts, cfg.retrieval.top_k)
+        released = weakref.ref(field.retriever.index)
+    del field, same
+    gc.collect()
+    assert released() is None  # the workspace keeps no other first stage once its block ends
+    assert "default: index" in ws.phases.seconds  # and its build counts among the run's phases
     assert runs["bm25-default"] == default_bm25 != runs["bm25"]
-    assert runs["rm3-default"] == rm3_run(field.retriever, qids, texts, cfg.retrieval.top_k)
-    fixed = fixed_rule_runs(cfg, ws, "dev", qids, texts)
+    assert runs["rm3-default"] == default_rm3
+    fixed = fixed_rule_runs(cfg, ws, {"dev": (qids, texts)})[0]["dev"]
     assert any(m.startswith("rule-") and m.endswith("-default") for m in fixed)
     assert any(m.startswith("rule-") and not m.endswith("-default") for m in fixed)

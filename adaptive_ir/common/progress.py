@@ -102,6 +102,11 @@ class Phases:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         return seconds
 
+    def merge(self, other: Phases, prefix: str) -> None:
+        """Count another ``Phases``' times here, each named ``prefix + name`` (a helper workspace's phases)."""
+        for name, seconds in other.seconds.items():
+            self.add(prefix + name, seconds)
+
     def summary(self) -> dict:
         """``{"phases_s": {name: seconds}, "peak_rss_gib": ...}`` for the run's JSON."""
         return {"phases_s": {k: round(v, 2) for k, v in self.seconds.items()}, "peak_rss_gib": round(peak_rss_gib(), 3)}

@@ -105,22 +105,39 @@ def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str],
     return runs
 
 
-def fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]) -> dict[str, Run]:
-    """Every fixed rule on a split over both first stages, {method: run}: the agent's own
-    (``own_fixed_rule_runs``), ``rm3-<stage>`` of ``field_stages`` (Anserini's own RM3 over its index, ours over the
-    default one), and the other stage's rules named ``<rule>-<stage>``."""
-    runs = own_fixed_rule_runs(cfg, ws, split, qids, texts)
-    for stage in field_stages(cfg):
-        sws = ws.on_stage(stage)
-        other = {} if sws is ws else own_fixed_rule_runs(sws.cfg, sws, split, qids, texts)
-        ours = other.pop("rm3", None)  # our RM3 over that index: the stage's RM3 unless the stage is Anserini's
-        if stage == ANSERINI_STAGE:
-            runs[f"rm3-{stage}"] = rm3_anserini_run(sws.retriever, qids, texts, sws.cfg.retrieval.top_k)
-        else:
-            assert ours is not None  # field_stages: another stage than the agent's own
-            runs[f"rm3-{stage}"] = ours
-        runs.update({f"{m}-{stage}": run for m, run in other.items()})
+def stage_rule_runs(ws: Workspace, sws: Workspace, stage: str, split: str, qids: list[str], texts: list[str]
+                    ) -> dict[str, Run]:
+    """The fixed rules of the first stage ``stage`` (``sws``, from ``ws.on_stage``) on a split, {method: run}:
+    ``rm3-<stage>`` (Anserini's own RM3 over its index, ours over the default one) and, when that stage is not the
+    agent's own, its rules named ``<rule>-<stage>``."""
+    other = {} if sws is ws else own_fixed_rule_runs(sws.cfg, sws, split, qids, texts)
+    ours = other.pop("rm3", None)  # our RM3 over that index: the stage's RM3 unless the stage is Anserini's
+    runs = {}
+    if stage == ANSERINI_STAGE:
+        runs[f"rm3-{stage}"] = rm3_anserini_run(sws.retriever, qids, texts, sws.cfg.retrieval.top_k)
+    else:
+        assert ours is not None  # field_stages: another stage than the agent's own
+        runs[f"rm3-{stage}"] = ours
+    runs.update({f"{m}-{stage}": run for m, run in other.items()})
     return runs
+
+
+def fixed_rule_runs(cfg: Config, ws: Workspace, splits: dict[str, tuple[list[str], list[str]]]
+                    ) -> tuple[dict[str, dict[str, Run]], dict[str, Run]]:
+    """Every fixed rule over both first stages on each of ``splits`` ({split: (qids, texts)}), and BM25 over each
+    field stage on the first split: ({split: {method: run}}, {``bm25-<stage>``: run}). The agent's own rules
+    (``own_fixed_rule_runs``) and each other stage's (``stage_rule_runs``), that stage's workspace entered once for
+    every split and released before the next: one extra index in memory at a time."""
+    rules = {split: own_fixed_rule_runs(cfg, ws, split, qids, texts) for split, (qids, texts) in splits.items()}
+    bm25: dict[str, Run] = {}
+    first = next(iter(splits))
+    for stage in field_stages(cfg):
+        with ws.on_stage(stage) as sws:
+            if sws is not ws:
+                bm25[f"bm25-{stage}"] = bm25_run(sws.retriever, *splits[first], cfg.retrieval.top_k)
+            for split, (qids, texts) in splits.items():
+                rules[split].update(stage_rule_runs(ws, sws, stage, split, qids, texts))
+    return rules, bm25
 
 
 def is_rule(method: str) -> bool:
@@ -157,19 +174,23 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
     runs: dict[str, Run] = {}
     if baselines:
         runs["bm25"] = bm25_run(ws.retriever, qids, texts, top_k)
+        splits = {split: (qids, texts)}
+        if split != DEV_SPLIT and has_split(ws, DEV_SPLIT):  # for the rule one would pick on dev
+            dqids, dtexts, _ = ws.collection.split(DEV_SPLIT)
+            splits[DEV_SPLIT] = (dqids, dtexts)
+        rules_by_split, field_bm25 = fixed_rule_runs(cfg, ws, splits)
         for stage in field_stages(cfg):
-            sws = ws.on_stage(stage)
-            runs[f"bm25-{stage}"] = runs["bm25"] if sws is ws else bm25_run(sws.retriever, qids, texts, top_k)
-        fixed = fixed_rule_runs(cfg, ws, split, qids, texts)
+            runs[f"bm25-{stage}"] = field_bm25.get(f"bm25-{stage}", runs["bm25"])
+        fixed = rules_by_split[split]
         rules = [m for m in fixed if is_rule(m)]
         runs.update({m: run for m, run in fixed.items() if m not in rules})
         if rules:  # the best on this split, over both first stages, as the best fixed rule is picked
             best = best_method(fixed, rules, qrels, excluded, qids)
             runs[best] = fixed[best]
-        if split != DEV_SPLIT and has_split(ws, DEV_SPLIT):
+        if DEV_SPLIT in splits and split != DEV_SPLIT:
             # the fixed rule one would pick without this split's judgments: the best on dev, as any setting is
-            dqids, dtexts, dqrels = ws.collection.split(DEV_SPLIT)
-            on_dev = fixed_rule_runs(cfg, ws, DEV_SPLIT, dqids, dtexts)
+            dqids, _, dqrels = ws.collection.split(DEV_SPLIT)
+            on_dev = rules_by_split[DEV_SPLIT]
             chosen = best_method(on_dev, list(on_dev), dqrels, ws.collection.excluded_docs(DEV_SPLIT), dqids)
             runs[DEV_CHOSEN + chosen] = fixed[chosen]
     if agent is not None:

@@ -6,9 +6,12 @@ qrels) is loaded only by evaluation.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +90,6 @@ class Workspace:
     def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
                  progress: bool = True, splits: tuple[str, ...] | None = None, embed: bool = True):
         self.cfg, self.device, self.progress, self.embed = cfg, device, progress, embed
-        self._stages: dict[str, Workspace] = {}
         self.phases = Phases(progress)
         """Wall time of each precompute phase (and of training, which the trainer adds), peak memory."""
         cm, rc = cfg.candidate_mining, cfg.retrieval
@@ -119,16 +121,22 @@ class Workspace:
                                           cache_dir=self.cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
             self.emb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.embedder.cache_key)
 
-    def on_stage(self, name: str) -> Workspace:
-        """This workspace's miner and rules over the first stage ``name`` (``config.stages``): itself where its
-        retrieval settings are that stage's, else a workspace over the same collection with that stage's index
-        and no embedder, built once."""
+    @contextmanager
+    def on_stage(self, name: str) -> Iterator[Workspace]:
+        """This workspace's miner and rules over the first stage ``name`` (``config.stages``), for the ``with``
+        block: itself where its retrieval settings are that stage's, else a workspace over the same collection with
+        that stage's index (cached on disk like any index) and no embedder, released when the block ends, so the
+        field's rows cost time, not a second index held beside the agent's for the rest of the run."""
         if first_stage(self.cfg) == name:
-            return self
-        if name not in self._stages:
-            self._stages[name] = Workspace(on_first_stage(self.cfg, name), self.device, self.collection,
-                                           self.progress, embed=False)
-        return self._stages[name]
+            yield self
+            return
+        other = Workspace(on_first_stage(self.cfg, name), self.device, self.collection, self.progress, embed=False)
+        try:
+            yield other
+        finally:
+            self.phases.merge(other.phases, f"{name}: ")
+            del other
+            gc.collect()  # the index build's arrays and the miner's tables go now, not at some later collection
 
     def _semantic_feedback(self) -> SemanticFeedback:
         """The re-ranking model and every document's vector (encoded once into the cache, resumable, see
