@@ -544,13 +544,6 @@ def test_seed_reward_cache_and_dropout_are_reported_as_not_applied(caplog):
     assert "dropout" not in caplog.text and "search_cache_size" not in caplog.text
 
 
-def test_the_unused_metrics_warning_names_the_reported_measures():
-    from adaptive_ir.config.seed import REPORTED_METRICS
-    from adaptive_ir.evaluation.metrics import METRIC_NAMES
-
-    assert list(REPORTED_METRICS) == METRIC_NAMES
-
-
 def test_reward_terms_are_the_weights_or_the_reward_metric_alone():
     assert load_config("msa_optimized_gpu").reward_terms == {"recall": 0.7, "mrr": 0.3}
     assert load_config("quickstart", {"retrieval.reward_metric": "mrr"}).reward_terms == {"mrr": 1.0}

@@ -1,6 +1,6 @@
 """Reading a config: YAML files (with the line of every key), ``--set`` values, and their checks, into a `Config`.
 
-Every value is checked against its key's type first (ours from the schema, the seed's from ``seed.py``), then the
+Every value is checked against its key's type first (ours from the schema, the seed's from ``legacy.py``), then the
 seed's keys are translated to ours (``seed.translate``), then the cross-field checks run on the built `Config`.
 Unknown keys are errors, never silently ignored; every error names the file and line (or the ``--set`` flag) and
 the key, with a suggestion for a misspelt name.
@@ -19,8 +19,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 import yaml
 
 from adaptive_ir.common.errors import ConfigError, where
+from adaptive_ir.config.legacy import SEED_KEYS, spelled, translate, warn_unused
+from adaptive_ir.config.origins import Origins
 from adaptive_ir.config.schema import CONFIG_DIR, DEVICE_PATTERN, SECTIONS, Config
-from adaptive_ir.config.seed import SEED_KEYS, spelled, translate, warn_unused
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +67,6 @@ def build_config(raw: dict, source: str, overrides: Mapping[str, object] | None 
 def config_from_dict(d: dict[str, Any], source: str = "<checkpoint>") -> Config:
     """Rebuild and re-validate a config from `config_to_dict` output. Warnings were shown when it was first loaded."""
     return _build(d, Origins(source, {}), None, warn=False)
-
-
-class Origins:
-    """Where each key's value came from (file line or --set flag), so every error points at what to fix."""
-
-    def __init__(self, source: str, lines: dict[str, int]):
-        self.source = source
-        self.lines = lines
-        self.given: dict[str, str] = {}
-        """section.key -> location, for every key the file or an override set."""
-
-    def __call__(self, dotted: str) -> str:
-        return self.given.get(dotted) or where(self.source, self.lines.get(dotted), dotted)
-
-    def line(self, dotted: str) -> str:
-        """``file:line`` of a key, for warnings that name the key themselves."""
-        return where(self.source, self.lines.get(dotted))
 
 
 def _find(path_or_name: str) -> Path:

@@ -25,13 +25,12 @@ from __future__ import annotations
 import logging
 import re
 import types
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, cast, get_args, get_origin, get_type_hints
 
 from adaptive_ir.common.errors import ConfigError
+from adaptive_ir.common.measures import METRIC_NAMES
+from adaptive_ir.config.origins import Origins
 from adaptive_ir.config.schema import SECTIONS, AgentConfig, Count, NonNegInt, Range
-
-if TYPE_CHECKING:
-    from adaptive_ir.config.coerce import Origins
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +71,6 @@ MUST_BE_TRUE = {
                         "enabled: true",
 }
 """Switches of the seed that this engine has always on: false is an error saying why."""
-
-REPORTED_METRICS = ("R@10", "R@40", "R@100", "AP@40", "nDCG@10", "RR@10")
-"""The measures every report holds, as ir-measures names them: ``evaluation.metrics.METRIC_NAMES`` (a test keeps
-them equal; config may not import the evaluation stage)."""
 
 _SEED_METRIC = re.compile(r"(recall|mrr|ndcg|map|precision)(?:@(\d+))?", re.IGNORECASE)
 _IR_MEASURES_NAME = {"recall": "R", "mrr": "RR", "ndcg": "nDCG", "map": "AP", "precision": "P"}
@@ -211,10 +206,10 @@ def warn_unused(values: dict[str, dict[str, Any]], origins: Origins) -> None:
     metrics = values["evaluation"].get("metrics")
     if metrics:
         # translate() refused every name seed_metric does not know, so each ir here is a str
-        missing = cast("dict[str, str]", {m: ir for m in metrics if (ir := seed_metric(m)) not in REPORTED_METRICS})
+        missing = cast("dict[str, str]", {m: ir for m in metrics if (ir := seed_metric(m)) not in METRIC_NAMES})
         log.warning(
             "%s: evaluation.metrics: not used — every report holds %s%s", origins.line("evaluation.metrics"),
-            ", ".join(REPORTED_METRICS),
+            ", ".join(METRIC_NAMES),
             f"; not among them: {', '.join(f'{m} ({ir})' for m, ir in missing.items())}: compute those from the "
             "run files written under <output_dir>/runs, e.g. `ir_measures <qrels> <run> "
             f"'{' '.join(missing.values())}'`" if missing else "",

@@ -1,7 +1,7 @@
 """The config schema: one typed dataclass per YAML section, a docstring per field.
 
 The schema holds only keys the engine reads. The seed project's other keys (aliases, PPO duplicates, accepted but
-unused settings) never reach it: ``seed.py`` translates them away before the values are built into these classes,
+unused settings) never reach it: ``legacy.py`` translates them away before the values are built into these classes,
 and ``coerce.py`` reads YAML and ``--set`` values into them.
 """
 
@@ -166,6 +166,11 @@ class AgentConfig:
     ignore_features: list[str] = field(default_factory=list)
     """Candidate features the policy is not shown (held at 0), by name (``policy.agent_feature_names``: the miner's
     features, raw and as ``z:<name>``, and the agent's own): for ablations. Part of the policy spec."""
+    policy: str = "actor-critic"
+    """The network that scores the candidates: actor-critic (``rl.policy.ActorCritic``, the shipped policies'), or
+    ``module:Class`` of your own, importable where the policy is trained and loaded, built as ActorCritic is
+    (emb_dim, feat_dim, hidden_dim, num_heads, num_layers, levels) and called as it is (docs/guide.md, "A policy of
+    your own"). Part of the policy spec."""
 
 
 @dataclass

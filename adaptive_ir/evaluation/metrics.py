@@ -6,16 +6,16 @@ from pathlib import Path
 
 import ir_measures
 import numpy as np
-from ir_measures import AP, RR, R, nDCG
+from ir_measures import R
 
 from adaptive_ir.common.io import atomic_write_bytes
+from adaptive_ir.common.measures import METRIC_NAMES
 from adaptive_ir.retrieval.feedback import SemanticFeedback
 from adaptive_ir.retrieval.retriever import Retriever
 from adaptive_ir.retrieval.rm3 import RM3_FB_DOCS, rm3_anserini_expansion, rm3_expansion
 
-MEASURES = [R @ 10, R @ 40, R @ 100, AP @ 40, nDCG @ 10, RR @ 10]
-"""Reported measures; their names are ir-measures' own (``str(R@40) == 'R@40'``)."""
-METRIC_NAMES = [str(m) for m in MEASURES]
+MEASURES = [ir_measures.parse_measure(name) for name in METRIC_NAMES]
+"""Reported measures (``common.measures``)."""
 
 
 def report_measures(top_k: int) -> list:

@@ -1,0 +1,7 @@
+"""The measures every report holds, by their ir-measures names: one list for the evaluation stage, which computes
+them, and the config stage, which names them when a seed config asks for others."""
+
+METRIC_NAMES = ["R@10", "R@40", "R@100", "AP@40", "nDCG@10", "RR@10"]
+"""Recall at 10, 40 and 100, average precision at 40, nDCG@10 and reciprocal rank at 10 (``str(R@40) == 'R@40'``)."""
+
+__all__ = ["METRIC_NAMES"]
