@@ -62,14 +62,19 @@ def _with(cfg: Config, overrides: dict[str, Any]) -> Config:
 
 def train(config: str | Path | Config = "quickstart", *, test: bool = False, resume: bool = False,
           checkpoint: str | Path | None = None, overwrite: bool = False, progress: bool = False,
-          **overrides: Any) -> TrainResult:
+          policy: type | None = None, **overrides: Any) -> TrainResult:
     """Train as ``adaptive-ir train`` does: a config name, YAML path or Config, overrides as config keys; the run
     gets its folder (the config's own numbered when taken, as on the command line, unless
     ``training.output_dir`` is given), run.json, checkpoints and logs. ``resume`` / ``checkpoint`` /
-    ``overwrite``: as the flags of the same names. ``test``: evaluate the best checkpoint on test afterwards."""
+    ``overwrite``: as the flags of the same names. ``test``: evaluate the best checkpoint on test afterwards.
+    ``policy``: a network class of one's own (``rl_agent.policy``: it must be importable by that name to load the
+    checkpoints later)."""
+    from adaptive_ir.rl.policy import policy_name
     from adaptive_ir.training.run import names_folders, run_training
 
     overrides = _overrides(overrides)
+    if policy is not None:
+        overrides["rl_agent.policy"] = policy_name(policy)
     trained = run_training(_config(config, overrides), resume=resume, checkpoint=checkpoint, overwrite=overwrite,
                            numbered=not names_folders(overrides), progress=progress, test=test)
     run, r = trained.run, trained.result

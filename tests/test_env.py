@@ -480,3 +480,41 @@ def test_episodes_started_from_rm3_keep_rankings_equal_to_a_search_from_scratch(
     with pytest.raises(ValueError, match="2 weights for 1 terms"):
         QuerySet.build(["q"], [[3]], world.cands, world.qs.cand_rows.numpy()[:1], np.arange(1), None,
                        world.coll.doc_positions, r.index.pad_id, "cpu", query_weights=[[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_restarted_rows_run_new_episodes_exactly_while_the_others_go_on(world, compact):
+    """A vector env's autoreset: rows restart at other steps than the rest of the batch. Every kept ranking stays
+    the rewritten query searched from scratch, every reward the metric difference (``exact_check``), the restarted
+    rows' state is what a fresh reset gives those queries, and the lanes hold each row's current scores."""
+    index, qs = world.retriever.index, world.qs
+    mix = {"recall": 1.0}
+    env = ReformulationEnv(qs, index, 4, K, mix, expansion_weight=(0.5, 1.0), compact=compact)
+    qidx = torch.arange(8)
+    gen = torch.Generator().manual_seed(5)
+    env.reset(qidx)
+    restarted = 0
+    for step in range(12):
+        legal = env.legal().float()
+        legal[:, -1] = 0.3
+        before = env.metric.clone()
+        reward, _ = env.step(torch.multinomial(legal, 1, generator=gen).squeeze(1))
+        torch.testing.assert_close(reward, env.metric - before, atol=1e-6, rtol=0)
+        done = (~env.alive).nonzero().squeeze(1)
+        if done.numel():
+            new = (torch.arange(done.numel()) * 3 + step) % len(qs)
+            env.restart(done, new)
+            qidx[done] = new
+            restarted += done.numel()
+            fresh = ReformulationEnv(qs, index, 4, K, mix, expansion_weight=(0.5, 1.0), compact=compact)
+            fresh.reset(new)
+            for name in ("terms", "weights", "topk", "metric", "alive", "chosen", "steps", "exclude"):
+                assert torch.equal(getattr(env, name)[done], getattr(fresh, name)), name
+        # the rewards so far and the state now, every row measured against its own query
+        relevant = relevant_sets(qs, qidx)
+        want = reference_topk(env.index, env.terms, env.weights, K, env.exclude)
+        assert torch.equal(env.topk, want)
+        torch.testing.assert_close(env.metric, reference_metric(want, relevant, mix), atol=1e-6, rtol=0)
+        assert torch.equal(env.qidx, qidx)
+        assert torch.equal(env.lanes[: len(qidx)], index.score(env.terms, env.weights))
+    assert restarted >= 8

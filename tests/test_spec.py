@@ -16,7 +16,7 @@ from test_reliability import write_beir_from_default
 
 from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_state
 from adaptive_ir.artifacts.export import SHIPPED_DIR, read_export, shipped_policies
-from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits
+from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits, saved_spec
 from adaptive_ir.cli import main
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.config import config_to_dict, load_config
@@ -250,7 +250,7 @@ def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
             path = init_policy_path(cfg)
             assert path == SHIPPED_DIR / f"nfcorpus{index}-seed-{seed}"
             policy, digest = read_state(path)  # checksum verified
-            spec = policy["spec"]
+            spec = saved_spec(policy)
             assert all(spec[k] == v for k, v in _config_keys(cfg).items())
             assert spec["features"] == [*cfg.candidate_mining.methods, "mean_score", "log_df", "fb_doc_fraction",
                                         *(["stem_variant"] if cfg.candidate_mining.stem_variants else []),
@@ -279,3 +279,14 @@ def test_a_local_path_wins_over_a_shipped_name_and_a_missing_one_fails_before_an
     with pytest.raises(CheckpointError, match="nfcorpus-seed-7 not found, and no shipped policy has that name "
                                               r"\(shipped: .*nfcorpus-seed-1, nfcorpus-seed-2"):
         Trainer(cfg, progress=False)  # the data folder does not exist either: the policy is checked first
+
+
+def test_a_policy_saved_before_the_policy_key_is_the_actor_critic():
+    # the shipped policies were saved before rl_agent.policy was part of the spec: they are ActorCritic's weights,
+    # and a setup naming another network is told so
+    state, _ = read_state(SHIPPED_DIR / "nfcorpus-seed-1")
+    assert "rl_agent.policy" not in state["spec"] and saved_spec(state)["rl_agent.policy"] == "actor-critic"
+    spec = {**saved_spec(state), "rl_agent.policy": "mine:Net"}
+    with pytest.raises(CheckpointError, match="rl_agent.policy: checkpoint 'actor-critic' vs this setup 'mine:Net'"):
+        check_fits("p", state, spec)
+    check_fits("p", state, saved_spec(state))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 SPEC_FORMAT = "adaptive-ir-policy/1"
 CONFIG_KEYS = ("embeddings.type", "candidate_mining.methods", "candidate_mining.stem_variants",
                "candidate_mining.max_candidates", "rl_agent.max_steps_per_episode", "rl_agent.hidden_dim",
-               "rl_agent.num_heads", "rl_agent.num_layers", "rl_agent.ignore_features")
+               "rl_agent.num_heads", "rl_agent.num_layers", "rl_agent.ignore_features", "rl_agent.policy")
 """The config keys in a spec (the rest of it, the embedder and the features, is what they resolved to)."""
 DATA_KEYS = ("corpus_sha256", "analyzer")
 
@@ -53,10 +53,16 @@ def data_identity(ws: Workspace) -> dict[str, str]:
     return {key: meta[key] for key in DATA_KEYS}
 
 
+SPEC_DEFAULTS = {"rl_agent.policy": "actor-critic"}
+"""Spec keys added after policies were saved without them, and what every such policy was."""
+
+
 def saved_spec(saved: dict) -> dict[str, Any]:
     """The spec a checkpoint (or export) records; for a checkpoint written before specs were, the config keys of
-    its stored config (what it can still be checked against)."""
-    return saved.get("spec") or _config_part(saved["config"])
+    its stored config (what it can still be checked against); a key added later (``SPEC_DEFAULTS``) as those
+    policies were."""
+    spec = saved.get("spec") or _config_part(saved["config"])
+    return {**SPEC_DEFAULTS, **{k: v for k, v in spec.items() if v is not None or k not in SPEC_DEFAULTS}}
 
 
 def _show(value: Any) -> str:

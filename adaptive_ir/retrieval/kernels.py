@@ -98,10 +98,10 @@ def lanes_clear(indptr, indices, lanes, rows, terms):
 
 
 @njit(nogil=True, cache=True)
-def lanes_fill(indptr, indices, data, lanes, terms, weights):
-    """Score query i into the zeroed ``lanes[i]``: each slot's weight × impacts added in slot order."""
+def lanes_fill(indptr, indices, data, lanes, rows, terms, weights):
+    """Score query i into the zeroed ``lanes[rows[i]]``: each slot's weight × impacts added in slot order."""
     for r in range(terms.shape[0]):
-        lane = lanes[r]
+        lane = lanes[rows[r]]
         for j in range(terms.shape[1]):
             t, w = terms[r, j], weights[r, j]
             for p in range(indptr[t], indptr[t + 1]):
@@ -280,7 +280,7 @@ def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands
     saved = np.empty(width, np.float32)
     new = np.empty(k, np.int64)
     for q in range(cands.shape[0]):
-        lanes_fill(indptr, indices, data, lanes, terms[q:q + 1], weights[q:q + 1])
+        lanes_fill(indptr, indices, data, lanes, row, terms[q:q + 1], weights[q:q + 1])
         best = acc[_LOW - (first[q, 0] & _LOW)] if first[q, 0] >= 0 else np.float32(0.0)
         kth = first[q, k - 1]
         for m in range(cands.shape[1]):

@@ -234,19 +234,13 @@ class ReformulationEnv:
         if self.scored:
             self._reuse_lanes(b)
         self.qidx = qidx.to(self.device, non_blocking=True)
-        l0 = qs.terms.shape[1]
-        self.t = 0
-        self.terms = torch.full((b, l0 + self.max_steps), self.index.pad_id, dtype=torch.long, device=self.device)
-        self.terms[:, :l0] = qs.terms[self.qidx]
-        self.weights = torch.zeros(self.terms.shape, device=self.device)
-        self.weights[:, :l0] = ((qs.terms[self.qidx] != self.index.pad_id).float() if qs.term_weights is None
-                                else qs.term_weights[self.qidx])
+        self.terms, self.weights = self._start_queries(self.qidx)
+        self.steps = torch.zeros(b, dtype=torch.long, device=self.device)
+        """(B,) steps each episode has taken (episodes restarted by ``restart`` count from their own start)."""
         # per-episode candidate tables with one extra slot, M, where the actions of episodes that do not expand
         # are sent: a padding term of weight 0 and no postings, whose "chosen" flag is scratch
-        pad = lambda x, value: torch.nn.functional.pad(x, (0, 1), value=value)  # noqa: E731
         self._chosen = torch.zeros((b, m + 1), dtype=torch.bool, device=self.device)
-        self._cand_terms = pad(qs.cand_terms[self.qidx], self.index.pad_id)
-        self._cand_weight = pad(qs.cand_weight[self.qidx], 0.0)
+        self._cand_terms, self._cand_weight = self._candidate_tables(self.qidx)
         self.alive = torch.ones(b, dtype=torch.bool, device=self.device)
         self.exclude = qs.exclude_docs[self.qidx]
         if not self.scored:
@@ -255,15 +249,84 @@ class ReformulationEnv:
         with allowed_sync():  # host data (.numpy() of a device tensor would raise): no device is waited for
             host = qidx.numpy()
         if not self.compact:  # the accelerator code's block width: a power of two, few shapes for torch.compile
-            width = 1 << max(0, int(self._widest[host].max(initial=1)) - 1).bit_length()
-            self._offsets = torch.arange(width, device=self.device)
+            self._offsets = torch.arange(self._block_width(host), device=self.device)
         self._fill(self._q0_postings[host])
-        assert self._first is not None and self.judged is not None  # both set when scored
-        first = self._first[self.qidx]
-        first = torch.where((key_docs(first) == self.exclude[:, None]) & (first >= 0), -1, first)
-        self.topk = torch.nn.functional.pad(first.topk(min(self.k, first.shape[1]), dim=1).values,
-                                            (0, self.k - min(self.k, first.shape[1])), value=-1)
+        self.topk = self._first_topk(self.qidx, self.exclude)
+        assert self.judged is not None  # set when scored
         self.metric = self.judged.metric(self.qidx, self.topk, self.compact)
+
+    def restart(self, rows: torch.Tensor, qidx: torch.Tensor) -> None:
+        """Start new episodes in rows ``rows`` of the current batch for the query positions ``qidx`` (both CPU
+        tensors), the other rows' episodes going on as they are: a vector env's autoreset, episodes no longer in
+        lockstep. The same state as ``reset`` gives those rows (tested)."""
+        assert self.terms is not None  # after reset
+        r = rows.to(self.device, non_blocking=True)
+        q = qidx.to(self.device, non_blocking=True)
+        if self.scored:
+            self._clear_rows(rows, r)
+        self.qidx.index_copy_(0, r, q)
+        terms, weights = self._start_queries(q)
+        self.terms.index_copy_(0, r, terms)
+        self.weights.index_copy_(0, r, weights)
+        self.steps.index_fill_(0, r, 0)
+        self._chosen.index_fill_(0, r, False)
+        cand_terms, cand_weight = self._candidate_tables(q)
+        self._cand_terms.index_copy_(0, r, cand_terms)
+        self._cand_weight.index_copy_(0, r, cand_weight)
+        self.alive.index_fill_(0, r, True)
+        self.exclude.index_copy_(0, r, self.qs.exclude_docs[q])
+        if not self.scored:
+            self.metric.index_fill_(0, r, 0.0)
+            return
+        with allowed_sync():  # host data, as in reset
+            host_rows, host = rows.numpy(), qidx.numpy()
+        l0 = self.qs.terms.shape[1]
+        assert self.lanes is not None and self.judged is not None  # set when scored
+        if self.compact:
+            idx = self.index
+            kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
+                               host_rows, terms[:, :l0].numpy(), weights[:, :l0].numpy())
+        else:
+            width = self._block_width(host)
+            if width > self._offsets.numel():
+                self._offsets = torch.arange(width, device=self.device)
+            block = torch.zeros((len(host), self.index.num_docs), device=self.device)
+            self.index.add_by_slot(block.view(-1), terms[:, :l0], weights[:, :l0],
+                                   self._q0_postings[host].sum(0))
+            self.lanes.index_copy_(0, r, block)
+        topk = self._first_topk(q, self.exclude[r])
+        self.topk.index_copy_(0, r, topk)
+        self.metric.index_copy_(0, r, self.judged.metric(q, topk, self.compact))
+
+    def _start_queries(self, qidx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, L0 + max_steps) term ids and weights of episodes starting from the queries ``qidx``."""
+        qs, l0 = self.qs, self.qs.terms.shape[1]
+        terms = torch.full((qidx.shape[0], l0 + self.max_steps), self.index.pad_id, dtype=torch.long,
+                           device=self.device)
+        terms[:, :l0] = qs.terms[qidx]
+        weights = torch.zeros(terms.shape, device=self.device)
+        weights[:, :l0] = ((qs.terms[qidx] != self.index.pad_id).float() if qs.term_weights is None
+                           else qs.term_weights[qidx])
+        return terms, weights
+
+    def _candidate_tables(self, qidx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates' term ids and weights of the queries ``qidx``, with the extra padding slot M."""
+        pad = torch.nn.functional.pad
+        return (pad(self.qs.cand_terms[qidx], (0, 1), value=self.index.pad_id),
+                pad(self.qs.cand_weight[qidx], (0, 1), value=0.0))
+
+    def _block_width(self, host_qidx: np.ndarray) -> int:
+        """The accelerator code's block: a power of two ≥ the queries' longest candidate posting list (few
+        shapes for torch.compile)."""
+        return 1 << max(0, int(self._widest[host_qidx].max(initial=1)) - 1).bit_length()
+
+    def _first_topk(self, qidx: torch.Tensor, exclude: torch.Tensor) -> torch.Tensor:
+        """(B, k) ranking keys of the queries' first rankings, their excluded document left out."""
+        assert self._first is not None  # set when scored
+        first = self._first[qidx]
+        first = torch.where((key_docs(first) == exclude[:, None]) & (first >= 0), -1, first)
+        return torch.nn.functional.pad(first.topk(min(self.k, first.shape[1]), dim=1).values,
+                                       (0, self.k - min(self.k, first.shape[1])), value=-1)
 
     def _reuse_lanes(self, b: int) -> None:
         """Lanes for ``b`` episodes, zero: the last batch's cells are cleared (on the CPU only the cells its
@@ -279,6 +342,15 @@ class ReformulationEnv:
             else:
                 self.lanes[:used].zero_()
 
+    def _clear_rows(self, host_rows: torch.Tensor, rows: torch.Tensor) -> None:
+        """Zero the lanes of some rows (``_reuse_lanes`` for part of the batch)."""
+        assert self.lanes is not None and self.terms is not None  # after reset
+        if self.compact:
+            kernels.lanes_clear(self.index.indptr.numpy(), self.index.indices.numpy(), self.lanes.numpy(),
+                                host_rows.numpy(), self.terms[rows].numpy())
+        else:
+            self.lanes.index_fill_(0, rows, 0.0)
+
     def _fill(self, q0_postings: np.ndarray) -> None:
         """Score each episode's q0 into its lane (its ranking is the query's first one, kept)."""
         l0 = self.qs.terms.shape[1]
@@ -287,7 +359,7 @@ class ReformulationEnv:
         if self.compact:
             idx = self.index
             kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
-                               terms.numpy(), weights.numpy())
+                               np.arange(terms.shape[0]), terms.numpy(), weights.numpy())
             return
         self.index.add_by_slot(self.lanes.view(-1), terms, weights, q0_postings.sum(0))
 
@@ -315,9 +387,12 @@ class ReformulationEnv:
         """Apply (B,) actions; returns (reward, terminated), each (B,). Episodes that already ended ignore their
         action (reward 0, not terminated again); STOP and the step that reaches ``max_steps`` terminate."""
         expand, slot, term, weight = self._decode(actions)
-        col = self.qs.terms.shape[1] + self.t
         assert self.terms is not None  # set by reset
-        self.terms[:, col], self.weights[:, col] = term, weight
+        # each episode writes its own next column (episodes restarted apart are at different steps); one that
+        # does not expand writes back what is there (padding, or its last term once it has taken every step)
+        col = (self.qs.terms.shape[1] + self.steps).clamp_(max=self.terms.shape[1] - 1)[:, None]
+        self.terms.scatter_(1, col, torch.where(expand[:, None], term[:, None], self.terms.gather(1, col)))
+        self.weights.scatter_(1, col, torch.where(expand[:, None], weight[:, None], self.weights.gather(1, col)))
         self._chosen.scatter_(1, slot, True)
         if self.scored:
             assert self.judged is not None  # set when scored
@@ -328,12 +403,10 @@ class ReformulationEnv:
             self.metric = new
         else:
             reward = torch.zeros_like(weight)
-        self.t += 1
-        if self.t < self.max_steps:
-            terminated = self.alive ^ expand  # alive, and took STOP
-            self.alive = expand
-        else:
-            terminated, self.alive = self.alive, torch.zeros_like(expand)
+        self.steps += self.alive
+        last = self.steps >= self.max_steps
+        terminated = self.alive & (~expand | last)  # took STOP, or its last step
+        self.alive = expand & ~last
         return reward, terminated
 
     def trial(self, actions: torch.Tensor) -> torch.Tensor:

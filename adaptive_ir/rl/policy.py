@@ -14,12 +14,14 @@ chosen terms still reach every candidate through the current-query embedding and
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from adaptive_ir.common.errors import ConfigError
 from adaptive_ir.rl.env import QuerySet, per_action
 
 EXTRA_FEATURES = ("chosen", "step_fraction", "cos_q0", "cos_current", "rank")
@@ -94,6 +96,31 @@ class ActorCritic(nn.Module):
         return logits, value
 
 
+POLICIES: dict[str, type[nn.Module]] = {"actor-critic": ActorCritic}
+"""The policy networks ``rl_agent.policy`` names; any other value is ``module:Class``."""
+
+
+def policy_class(name: str) -> type[nn.Module]:
+    """The network class ``rl_agent.policy`` names (a key of POLICIES, or ``module:Class``)."""
+    if name in POLICIES:
+        return POLICIES[name]
+    module, _, attr = name.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr) if module and attr else None
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"rl_agent.policy: {name!r} cannot be imported ({e}); give one of "
+                          f"{', '.join(POLICIES)} or module:Class of an importable nn.Module") from None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ConfigError(f"rl_agent.policy: {name!r} is not an nn.Module class; give one of {', '.join(POLICIES)} "
+                          "or module:Class")
+    return cls
+
+
+def policy_name(cls: type[nn.Module]) -> str:
+    """``rl_agent.policy``'s value for a network class (its POLICIES key, else ``module:Class``)."""
+    return next((key for key, value in POLICIES.items() if value is cls), f"{cls.__module__}:{cls.__qualname__}")
+
+
 class EpisodeInputs(NamedTuple):
     """What the policy reads about each episode's query, fixed for the whole episode (gathered once per rollout
     round; per sample in the update)."""
@@ -116,13 +143,15 @@ class Agent(nn.Module):
     feature_mask: torch.Tensor  # a buffer (register_buffer)
 
     def __init__(self, emb_dim: int, feat_dim: int, max_steps: int, hidden_dim: int = 128, num_heads: int = 4,
-                 num_layers: int = 1, levels: int = 1, feature_mask: torch.Tensor | None = None):
+                 num_layers: int = 1, levels: int = 1, feature_mask: torch.Tensor | None = None,
+                 core: type[nn.Module] = ActorCritic):
         """``feat_dim``: F, the miner's features; ``levels``: L, the expansion weights an action chooses among;
-        ``feature_mask`` (2F + len(EXTRA_FEATURES),): 0 for an input held at 0 (rl_agent.ignore_features)."""
+        ``feature_mask`` (2F + len(EXTRA_FEATURES),): 0 for an input held at 0 (rl_agent.ignore_features);
+        ``core``: the network class (``rl_agent.policy``), built and called as ActorCritic is."""
         super().__init__()
         self.max_steps, self.levels = max_steps, levels
         width = 2 * feat_dim + len(EXTRA_FEATURES)
-        self.core = ActorCritic(emb_dim, width, hidden_dim, num_heads, num_layers, levels)
+        self.core = core(emb_dim, width, hidden_dim, num_heads, num_layers, levels)
         mask = torch.ones(width) if feature_mask is None else feature_mask.float()
         # not saved with the weights: it follows from the config, which the policy spec records
         self.register_buffer("feature_mask", mask, persistent=False)
