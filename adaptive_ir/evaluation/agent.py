@@ -16,7 +16,7 @@ from adaptive_ir.rl.workspace import Tables, Workspace
 
 def rrf(runs: list[Run], k: int, depth: int) -> Run:
     """Reciprocal rank fusion: score(d) = Σ_runs 1 / (k + rank(d)), ranks from 1; top ``depth`` kept."""
-    fused: Run = {}
+    fused: dict[str, dict[str, float]] = {}
     for q in runs[0]:
         scores: dict[str, float] = {}
         for run in runs:

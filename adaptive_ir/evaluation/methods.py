@@ -30,6 +30,7 @@ from adaptive_ir.config import ANSERINI_STAGE, DEFAULT_STAGE, FIRST_STAGES, Conf
 from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.evaluation.metrics import (
     RM3_FB_DOCS,
+    CompactRun,
     Run,
     bm25_run,
     drop_excluded,
@@ -37,7 +38,6 @@ from adaptive_ir.evaluation.metrics import (
     report_measures,
     rm3_anserini_run,
     rm3_run,
-    to_run,
     write_trec_run,
 )
 from adaptive_ir.evaluation.oracle import oracle_run
@@ -78,7 +78,7 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
         for w in levels:
             scores, idx = ws.retriever.search(queries, [qw + [w] * len(a) for qw, a in zip(start_weights, added)],
                                               k=cfg.retrieval.top_k)
-            out[(w, j)] = to_run(qids, ws.retriever.doc_ids, scores, idx)
+            out[(w, j)] = CompactRun(qids, ws.retriever.doc_ids, scores, idx)  # dozens of rules: kept compact
     return {(w, j): out[(w, j)] for w in levels for j in depths}  # weight-major, as the script prints them
 
 
