@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+from adaptive_ir.config.stages import FIRST_STAGES, STAGE_DESCRIPTIONS
+
 OOM_ADVICE = ("CUDA out of memory. Lower training.collect_batch_size (episodes per forward) and "
               "training.batch_size (PPO minibatch), then keep AMP on (training.use_amp: true).")
 
@@ -30,10 +32,10 @@ def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
 
 
 def _first_stage(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--first-stage", choices=("default", "anserini"),
-                   help="index and BM25 to run over: default (the engine's: k1 1.5, b 0.75, no stemming) or anserini "
-                        "(Pyserini's defaults: Lucene's English analyzer with Porter stemming, k1 0.9, b 0.4); sets "
-                        "the retrieval keys (--set wins)")
+    p.add_argument("--first-stage", choices=list(FIRST_STAGES),
+                   help="index and BM25 to run over: " + "; ".join(f"{name}, {text}" for name, text in
+                                                                   STAGE_DESCRIPTIONS.items())
+                   + "; sets the retrieval keys (--set wins)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,7 +156,9 @@ def _settings(items: list[str], flag: str = "--set") -> dict[str, str]:
     return o
 
 
-def _overrides(args) -> dict[str, str]:
+def config_overrides(args) -> dict[str, str]:
+    """The dotted config keys a command line sets: ``--set`` items, ``--first-stage``'s keys under them, and the
+    flags that name one key each (``--data-dir``, ``--seed``, ...)."""
     o = _settings(args.set)
     stage = getattr(args, "first_stage", None)
     if stage is not None:  # the stage's keys, under whatever --set names (values as YAML reads them back)
@@ -200,7 +204,7 @@ def cmd_train(args) -> int:
     from adaptive_ir.evaluation.metrics import format_table
     from adaptive_ir.training.run import RefusedOnRankZero, names_folders, run_training
 
-    overrides = _overrides(args)
+    overrides = config_overrides(args)
     device = _init_distributed()
     if device is not None:
         overrides["system.device"] = device
@@ -234,32 +238,38 @@ def cmd_evaluate(args) -> int:
     from adaptive_ir.api import checkpoint_config, evaluate_config
     from adaptive_ir.artifacts.checkpoint import pretrained_config
     from adaptive_ir.common.errors import ConfigError
-    from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
     from adaptive_ir.config import load_config
-    from adaptive_ir.evaluation.metrics import format_table
 
     source, portable = args.checkpoint, args.policy is not None
     if portable:
         if args.checkpoint is not None or args.config is not None:
             raise ConfigError(f"--policy {args.policy}: goes alone (its own config says how to index, mine and embed "
                               "the collection); drop --checkpoint / --config, and use --set to change a setting")
-        overrides = _overrides(args)
+        overrides = config_overrides(args)
         cfg, source = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
     elif args.config is None and args.checkpoint is not None:
-        cfg = checkpoint_config(args.checkpoint, _overrides(args))  # the config it was trained with
+        cfg = checkpoint_config(args.checkpoint, config_overrides(args))  # the config it was trained with
     else:
-        cfg = load_config(args.config or "quickstart", _overrides(args))
+        cfg = load_config(args.config or "quickstart", config_overrides(args))
     results, name, origin = evaluate_config(cfg, source, args.split, args.baselines, args.oracle, args.run_dir,
                                             not args.no_progress, portable=portable)
     if origin:
         print(origin, flush=True)
-    table = format_table(results, f"{name} / {args.split}")
-    print(table)
-    if args.json:
-        atomic_write_json(args.json, results)
-    if args.markdown:
-        atomic_write_bytes(args.markdown, (table + "\n").encode("utf-8"))
+    _report(results, f"{name} / {args.split}", args.json, args.markdown)
     return 0
+
+
+def _report(results: dict[str, dict[str, float]], title: str, json_path: str | None, markdown: str | None) -> None:
+    """Print the table of ``results``; write them as JSON and the table as Markdown where asked."""
+    from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
+    from adaptive_ir.evaluation.metrics import format_table
+
+    table = format_table(results, title)
+    print(table)
+    if json_path:
+        atomic_write_json(json_path, results)
+    if markdown:
+        atomic_write_bytes(markdown, (table + "\n").encode("utf-8"))
 
 
 def cmd_compare(args) -> int:
@@ -272,7 +282,7 @@ def cmd_compare(args) -> int:
     seeds = parse_seeds(args.seeds)
     if args.permutations < 1:
         raise ConfigError(f"--permutations {args.permutations}: expected a positive number, e.g. 10000")
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, config_overrides(args))
     try:
         report, table = compare(cfg, seeds, args.split, skip_train=args.skip_train, progress=not args.no_progress,
                                 n_permutations=args.permutations)
@@ -314,7 +324,7 @@ def cmd_reformulate(args) -> int:
     ref = (Reformulator.load(args.checkpoint, device=args.device, data_dir=args.data_dir) if args.checkpoint else
            Reformulator.from_pretrained(args.policy, args.data_dir, device=args.device,
                                         # dotted --set settings, not from_pretrained's own parameters (progress)
-                                        **cast("dict[str, Any]", {k: v for k, v in _overrides(args).items()
+                                        **cast("dict[str, Any]", {k: v for k, v in config_overrides(args).items()
                                                                   if k not in ("data.data_dir", "system.device")})))
     # stdout stays pure JSON / queries with --format json / lucene: the checkpoint's origin then goes to stderr
     print(ref.origin, file=sys.stderr if fmt != "text" or args.output else sys.stdout, flush=True)
@@ -381,9 +391,13 @@ def cmd_export(args) -> int:
 
 
 def cmd_oracle(args) -> int:
-    args.checkpoint, args.baselines, args.oracle, args.markdown, args.run_dir = None, True, True, None, None
-    args.policy = None
-    return cmd_evaluate(args)
+    from adaptive_ir.api import evaluate_config
+    from adaptive_ir.config import load_config
+
+    cfg = load_config(args.config, config_overrides(args))
+    results, name, _ = evaluate_config(cfg, None, args.split, True, True, None, not args.no_progress)
+    _report(results, f"{name} / {args.split}", args.json, None)
+    return 0
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "compare": cmd_compare, "reformulate": cmd_reformulate,

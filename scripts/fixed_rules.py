@@ -25,7 +25,7 @@ import json
 import ir_measures
 import torch
 
-from adaptive_ir.cli import _overrides
+from adaptive_ir.cli import config_overrides
 from adaptive_ir.config import FIRST_STAGES, first_stage, load_config
 from adaptive_ir.evaluation.methods import rule_runs
 from adaptive_ir.evaluation.metrics import drop_excluded, evaluate_run, mean_per_query, per_query
@@ -51,7 +51,7 @@ def main() -> None:
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     torch.set_num_threads(1)
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, config_overrides(args))
     own = first_stage(cfg) or "own"
     stages = dict.fromkeys(own if s == "own" else s for s in args.first_stages.split(","))
     unknown = [s for s in stages if s != "own" and s not in FIRST_STAGES]

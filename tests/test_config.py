@@ -587,11 +587,11 @@ def test_first_stage_names_the_settings_and_on_first_stage_moves_a_config_onto_t
 
 
 def test_cli_first_stage_sets_the_retrieval_keys_under_set():
-    from adaptive_ir.cli import _overrides, build_parser
+    from adaptive_ir.cli import build_parser, config_overrides
 
     args = build_parser().parse_args(["evaluate", "--first-stage", "anserini", "--set", "retrieval.bm25_k1=1.2"])
-    cfg = load_config("quickstart", _overrides(args))
+    cfg = load_config("quickstart", config_overrides(args))
     assert (cfg.retrieval.analyzer, cfg.retrieval.stemmer, cfg.retrieval.bm25_b) == ("lucene", "porter", 0.4)
     assert cfg.retrieval.bm25_k1 == 1.2 and cfg.candidate_mining.stem_variants is False
     plain = build_parser().parse_args(["evaluate"])
-    assert _overrides(plain) == {}
+    assert config_overrides(plain) == {}

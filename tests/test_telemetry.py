@@ -166,6 +166,6 @@ def test_training_time_on_cuda(tmp_path):
     assert gpu["torch_peak_allocated_mib"] > 0
     assert len(gpu["gpus"]) == len(discover_devices())
     for g in gpu["gpus"]:
-        assert g["training"]["samples"] >= g["collect"]["samples"] >= 0
+        assert g["training"]["samples"] >= g["collect"]["samples"] > 0  # sampled while episodes were collected
         assert g["mem_peak_mib"] is None or g["mem_peak_mib"] > 0
     print("training_time on cuda:", json.dumps(spent))

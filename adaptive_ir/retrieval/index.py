@@ -408,11 +408,6 @@ class BM25Index:
             lo = hi
         return out
 
-    def term_impacts(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        """(doc indices, impacts) of one term's posting list, as numpy arrays."""
-        lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
-        return self.indices[lo:hi].cpu().numpy(), self.data[lo:hi].cpu().numpy()
-
     # ------------------------------------------------------------------ disk
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
         """``data.npy``, ``indices.npy``, ``indptr.npy`` + ``params.json`` (meta plus ``extra``), each written

@@ -29,6 +29,7 @@ from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.distributed import dist_info
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.config import TrainingConfig
 from adaptive_ir.rl.buffer import RolloutBuffer
 from adaptive_ir.rl.env import QuerySet
 from adaptive_ir.rl.policy import Agent
@@ -37,18 +38,29 @@ NAN_ADVICE = ("the loss or its gradients were not finite in {n} minibatches in a
               "training.learning_rate (e.g. 1e-4)")
 
 
+_TRAINING = TrainingConfig()
+
+
 @dataclass
 class PPOSettings:
-    clip_epsilon: float = 0.2
-    value_loss_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    epochs: int = 4
-    minibatch_size: int = 64
-    target_kl: float | None = None
+    """The update's settings: the ``training`` section's PPO keys (``from_config``), whose defaults these are."""
+
+    clip_epsilon: float = _TRAINING.clip_epsilon
+    value_loss_coef: float = _TRAINING.value_loss_coef
+    entropy_coef: float = _TRAINING.entropy_coef
+    max_grad_norm: float = _TRAINING.max_grad_norm
+    epochs: int = _TRAINING.ppo_epochs
+    minibatch_size: int = _TRAINING.batch_size
+    target_kl: float | None = _TRAINING.target_kl
     clip_value: bool = True
     max_nonfinite: int = 20
     """Consecutive non-finite minibatches before training stops with NAN_ADVICE."""
+
+    @classmethod
+    def from_config(cls, tc: TrainingConfig) -> PPOSettings:
+        return cls(clip_epsilon=tc.clip_epsilon, value_loss_coef=tc.value_loss_coef, entropy_coef=tc.entropy_coef,
+                   max_grad_norm=tc.max_grad_norm, epochs=tc.ppo_epochs, minibatch_size=tc.batch_size,
+                   target_kl=tc.target_kl)
 
 
 def make_optimizer(params, lr: float) -> torch.optim.Adam:

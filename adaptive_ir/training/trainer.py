@@ -288,8 +288,7 @@ class Trainer:
         timer = self._timer = PhaseTimer(TIME_PARTS, sync).start()
         first_update = self.update
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        ppo = PPOSettings(tc.clip_epsilon, tc.value_loss_coef, tc.entropy_coef, tc.max_grad_norm, tc.ppo_epochs,
-                          tc.batch_size, tc.target_kl)
+        ppo = PPOSettings.from_config(tc)
         bar = tqdm(total=self.total_updates, initial=self.update, desc="train", disable=not self.progress)
         consistent = True  # weights, optimizer, scheduler, generators and counters agree: last.pt may be written
         try:
