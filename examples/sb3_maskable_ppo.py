@@ -90,11 +90,14 @@ def main() -> None:
     p.add_argument("--n-steps", type=int, default=32, help="steps per env per PPO rollout")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--output-dir", default=None,
+                   help="training.output_dir: its cache folder (index, candidates, embeddings) is reused by later runs")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    keys = {"training__output_dir": args.output_dir} if args.output_dir else {}
     venv = gym.make_vec(ENV_ID, num_envs=args.num_envs, config=args.config, data_dir=args.data_dir, device="cpu",
-                        autoreset_mode=AutoresetMode.SAME_STEP)
+                        autoreset_mode=AutoresetMode.SAME_STEP, **keys)
     model = train(SB3VecEnv(venv), args.total_steps, args.n_steps, args.seed)
 
     def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -102,7 +105,7 @@ def main() -> None:
         actions, _ = model.predict(numpy_obs, action_masks=numpy_obs["action_mask"].astype(bool), deterministic=True)
         return torch.as_tensor(actions)
 
-    measured = EnvSource.build(args.config, args.data_dir, args.split, "cpu")
+    measured = EnvSource.build(args.config, args.data_dir, args.split, "cpu", **keys)
     result = evaluate_policy(measured, act)
     print(json.dumps({"split": args.split, "env_steps": int(model.num_timesteps),
                       **{name: {m: round(v[m], 4) for m in REPORTED} for name, v in result.items()}}))

@@ -95,11 +95,14 @@ def main() -> None:
     p.add_argument("--minibatch", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--output-dir", default=None,
+                   help="training.output_dir: its cache folder (index, candidates, embeddings) is reused by later runs")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    env = ReformulateTorchRLEnv(args.num_envs, args.config, args.data_dir, "train", "cpu")
+    keys = {"training__output_dir": args.output_dir} if args.output_dir else {}
+    env = ReformulateTorchRLEnv(args.num_envs, args.config, args.data_dir, "train", "cpu", **keys)
     env.set_seed(args.seed)
     actor, steps = train(env, args.total_steps, args.n_steps, args.epochs, args.minibatch)
     scorer = actor.module[0].module
@@ -108,7 +111,7 @@ def main() -> None:
         logits = scorer(*(obs[k] for k in OBS))
         return logits.masked_fill(~obs["action_mask"], float("-inf")).argmax(-1)
 
-    measured = EnvSource.build(args.config, args.data_dir, args.split, "cpu")
+    measured = EnvSource.build(args.config, args.data_dir, args.split, "cpu", **keys)
     result = evaluate_policy(measured, act)
     print(json.dumps({"split": args.split, "env_steps": steps,
                       **{name: {m: round(v[m], 4) for m in ("R@40", "nDCG@10")} for name, v in result.items()}}))
