@@ -28,97 +28,16 @@ Run (from the repository root; about 2 min per collection once our caches are bu
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from adaptive_ir.interop import body_pairs, boolean_query, build_index, hits_run, pyserini_ready, write_json_collection
+
 RESULTS = Path(__file__).resolve().parent / "results"
-MIN_JAVA = 21
-
-
-def java_version(home: Path) -> int:
-    """The feature version of the JDK at ``home`` (its ``release`` file), 0 when unknown."""
-    try:
-        text = (home / "release").read_text()
-    except OSError:
-        return 0
-    m = re.search(r'JAVA_VERSION="(1\.)?(\d+)', text)
-    return int(m.group(2)) if m else 0
-
-
-def find_jdk(minimum: int = MIN_JAVA) -> Path | None:
-    """$JAVA_HOME when it is new enough, else the newest JDK ≥ ``minimum`` under /usr/lib/jvm (or /opt)."""
-    homes = [os.environ["JAVA_HOME"]] if os.environ.get("JAVA_HOME") else []
-    homes += sorted(glob.glob("/usr/lib/jvm/*") + glob.glob("/opt/*jdk*"), key=lambda h: -java_version(Path(h)))
-    for home in map(Path, homes):
-        if java_version(home) >= minimum and (home / "lib" / "server" / "libjvm.so").is_file():
-            return home
-    return None
-
-
-def setup_pyserini() -> str | None:
-    """Point pyjnius at a JDK ≥ 21 and give the OpenAI client Pyserini's import builds a placeholder key (no call
-    is made). None when ready, else why not (no JDK, no Pyserini)."""
-    home = find_jdk()
-    if home is None:
-        return f"no JDK {MIN_JAVA}+ under $JAVA_HOME or /usr/lib/jvm"
-    os.environ["JAVA_HOME"] = str(home)
-    os.environ["JVM_PATH"] = str(home / "lib" / "server" / "libjvm.so")
-    os.environ.setdefault("OPENAI_API_KEY", "placeholder")
-    try:
-        import pyserini  # noqa: F401
-    except ImportError as e:
-        return f"pyserini is not installed ({e}); see this script's docstring"
-    return None
-
-
-def write_json_collection(corpus, folder: Path) -> None:
-    """The corpus as Pyserini's JsonCollection: ``{"id", "contents"}`` per line, contents = title + text."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "docs.jsonl", "w", encoding="utf-8") as f:
-        lo = 0
-        for chunk in corpus.iter_doc_texts():
-            for doc_id, text in zip(corpus.doc_ids[lo:lo + len(chunk)], chunk):
-                f.write(json.dumps({"id": doc_id, "contents": text}) + "\n")
-            lo += len(chunk)
-
-
-def build_index(docs: Path, index: Path, threads: int = 2) -> None:
-    if (index / "segments.gen").exists() or list(index.glob("segments_*")):
-        return
-    subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-                    "--input", str(docs), "--index", str(index), "--generator", "DefaultLuceneDocumentGenerator",
-                    "--threads", str(threads), "--storePositions", "--storeDocvectors", "--storeRaw"],
-                   check=True, stdout=subprocess.DEVNULL)
-
-
-def boolean_query(pairs, analyzer, field: str = "contents"):
-    """(term, weight)s as a Lucene BooleanQuery of boosted TermQuerys (``should``), each term analyzed first."""
-    from pyserini.search.lucene import querybuilder
-
-    builder = querybuilder.get_boolean_query_builder()
-    should = querybuilder.JBooleanClauseOccur["should"].value
-    for term, weight in pairs:
-        for token in analyzer.analyze(term):
-            q = querybuilder.get_boost_query(querybuilder.JTermQuery(querybuilder.JTerm(field, token)), weight)
-            builder.add(q, should)
-    return builder.build()
-
-
-def body_pairs(record: dict) -> list[tuple[str, float]]:
-    """The (term, weight)s of a record's Elasticsearch body."""
-    clauses = record["elasticsearch"]["query"]["bool"]["should"]
-    return [(c["match"]["contents"]["query"], c["match"]["contents"]["boost"]) for c in clauses]
-
-
-def hits_run(hits: dict) -> dict:
-    return {q: {h.docid: float(h.score) for h in hs} for q, hs in hits.items()}
 
 
 def metrics(run: dict, qrels: dict) -> dict:
@@ -189,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=str(RESULTS / "lucene_interop.json"))
     args = ap.parse_args(argv)
-    why = setup_pyserini()
+    why = pyserini_ready()
     if why:
         print(f"skipped: {why}", file=sys.stderr)
         return 1

@@ -22,73 +22,14 @@ Run (from the repository root; under a minute per collection once Pyserini's ind
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
+from adaptive_ir.interop import pyserini_ready, rm3_parity
+from adaptive_ir.interop.anserini import MEASURES
+
 RESULTS = Path(__file__).resolve().parent / "results"
-MEASURES = ("R@40", "nDCG@10")
-
-_spec = importlib.util.spec_from_file_location("lucene_interop", Path(__file__).resolve().parent / "lucene_interop.py")
-assert _spec is not None and _spec.loader is not None
-interop = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(interop)
-
-
-def same_query(ours: dict[str, float], theirs: dict[str, float], rel: float = 1e-6) -> bool:
-    """Our expanded query (term → weight) is Pyserini's feedback query, less the terms our index lacks (they
-    match no document) and those of weight 0."""
-    if set(ours) != set(theirs):
-        return False
-    return all(abs(ours[t] - theirs[t]) <= rel * max(1.0, abs(theirs[t])) for t in ours)
-
-
-def measure(data_dir: Path, work: Path, hits: int, threads: int) -> dict:
-    from pyserini.search.lucene import LuceneSearcher
-
-    from adaptive_ir.config import load_config
-    from adaptive_ir.data import load_collection
-    from adaptive_ir.evaluation.metrics import evaluate_run, rm3_run, to_run
-    from adaptive_ir.retrieval.analyzer import Analyzer
-    from adaptive_ir.retrieval.retriever import Retriever
-    from adaptive_ir.retrieval.rm3 import rm3_anserini_expansion
-
-    name = data_dir.name
-    cfg = load_config(f"{name}-anserini", {"data.data_dir": str(data_dir),
-                                           "training.output_dir": str(work / name / "ours" / "run")})
-    rc = cfg.retrieval
-    coll = load_collection(cfg.data, cfg.split_seed, ("test",))
-    qids, texts, qrels = coll.split("test")
-    folder = work / name
-    if not (folder / "docs" / "docs.jsonl").is_file():
-        interop.write_json_collection(coll.corpus, folder / "docs")
-    interop.build_index(folder / "docs", folder / "index", threads)
-    searcher = LuceneSearcher(str(folder / "index"))
-    searcher.set_rm3()
-    pyserini_run = interop.hits_run(searcher.batch_search(texts, qids, k=hits, threads=threads))
-
-    retriever = Retriever.cached(coll, folder / "ours" / "cache", rc.bm25_k1, rc.bm25_b, rc.idf,
-                                 analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer), scoring=rc.bm25_scoring)
-    t0 = time.perf_counter()
-    terms, weights = rm3_anserini_expansion(retriever, texts)
-    expand_s = time.perf_counter() - t0
-    scores, idx = retriever.search(terms, weights, k=hits)
-    runs = {"pyserini_rm3": pyserini_run, "rm3_anserini": to_run(qids, retriever.doc_ids, scores, idx),
-            "rm3": rm3_run(retriever, qids, texts, k=hits)}
-    out: dict = {"collection": name, "test_queries": len(qids), "expand_s": round(expand_s, 2)}
-    for method, run in runs.items():
-        e = evaluate_run(qrels, run, qids=qids)
-        out[method] = {m: round(e[m], 4) for m in MEASURES}
-    out["max_abs_diff"] = max(abs(out["rm3_anserini"][m] - out["pyserini_rm3"][m]) for m in MEASURES)
-    same = 0
-    for q, text in enumerate(texts):
-        theirs = {t: float(w) for t, w in (searcher.get_feedback_terms(text) or {}).items()
-                  if t in retriever.vocab.ids and w > 0}
-        same += same_query({retriever.vocab.terms[t]: w for t, w in zip(terms[q], weights[q])}, theirs)
-    out["same_expanded_query"] = same
-    return out
 
 
 def table(rows: list[dict]) -> str:
@@ -110,13 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.005)
     ap.add_argument("--json", default=str(RESULTS / "rm3_parity.json"))
     args = ap.parse_args(argv)
-    why = interop.setup_pyserini()
+    why = pyserini_ready()
     if why:
         print(f"skipped: {why}", file=sys.stderr)
         return 2
     rows = []
     for d in args.data_dirs:
-        rows.append(measure(Path(d), Path(args.work_dir), args.hits, args.threads))
+        rows.append(rm3_parity(Path(d), Path(args.work_dir), args.hits, args.threads))
         print(json.dumps(rows[-1]), flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"hits": args.hits, "tolerance": args.tolerance, "rows": rows}, indent=1))

@@ -1,31 +1,24 @@
 """RM3 at Anserini parity (issue 45): ``rm3_anserini_expansion`` computes Anserini's Rm3Reranker (Pyserini's
 ``set_rm3()`` defaults) on the Lucene-parity index. By hand on a toy collection; against Pyserini itself on a
 synthetic collection and on SciFact and NFCorpus test (within 0.005 R@40 and nDCG@10, the same expanded query for
-every query). The Pyserini checks skip without Pyserini or a JDK 21+, the real collections without
-``../shared/datasets``."""
+every query). The Pyserini checks fail without Pyserini or a JDK 21+ (``helpers.require_pyserini``), the real
+collections skip without ``../shared/datasets``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SHARED
+from helpers import SHARED, require_pyserini
 
 from adaptive_ir.config import load_config
 from adaptive_ir.data import Collection, MemoryCorpus
+from adaptive_ir.interop import build_index, rm3_parity, same_query
 from adaptive_ir.retrieval.analyzer import Analyzer
 from adaptive_ir.retrieval.retriever import Retriever
 from adaptive_ir.retrieval.rm3 import rm3_anserini_expansion
-
-_spec = importlib.util.spec_from_file_location(
-    "rm3_parity", Path(__file__).resolve().parents[1] / "benchmarks" / "rm3_parity.py")
-assert _spec is not None and _spec.loader is not None
-parity = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(parity)
 
 
 def _ours(docs: list[str]) -> Retriever:
@@ -80,9 +73,7 @@ def _synthetic(n: int = 300, seed: int = 5) -> list[str]:
 
 @pytest.fixture(scope="module")
 def lucene(tmp_path_factory):
-    why = parity.interop.setup_pyserini()
-    if why:
-        pytest.skip(why)
+    require_pyserini()
     return tmp_path_factory.mktemp("lucene")
 
 
@@ -94,7 +85,7 @@ def test_same_expanded_queries_as_pyserini(lucene):
     with open(lucene / "toy" / "docs" / "docs.jsonl", "w") as f:
         for i, text in enumerate(docs):
             f.write(json.dumps({"id": f"d{i}", "contents": text}) + "\n")
-    parity.interop.build_index(lucene / "toy" / "docs", lucene / "toy" / "index", threads=1)
+    build_index(lucene / "toy" / "docs", lucene / "toy" / "index", threads=1)
     searcher = LuceneSearcher(str(lucene / "toy" / "index"))
     searcher.set_rm3()
     ours = _ours(docs)
@@ -107,7 +98,7 @@ def test_same_expanded_queries_as_pyserini(lucene):
     for q, text in enumerate(queries):
         theirs = {t: float(w) for t, w in (searcher.get_feedback_terms(text) or {}).items()
                   if t in ours.vocab.ids and w > 0}
-        same += parity.same_query(_named(ours, terms[q], weights[q]), theirs)
+        same += same_query(_named(ours, terms[q], weights[q]), theirs)
         hits = searcher.search(text, k=10)
         scores, idx = ours.search([terms[q]], [weights[q]], k=10)
         n = int((scores[0] > 0).sum())
@@ -121,6 +112,6 @@ def test_same_expanded_queries_as_pyserini(lucene):
 def test_parity_with_pyserini_on_test_split(lucene, name):
     if not (SHARED / name / "corpus.jsonl").is_file():
         pytest.skip(f"{SHARED / name} is not available")
-    row = parity.measure(SHARED / name, lucene, hits=1000, threads=2)
+    row = rm3_parity(SHARED / name, lucene, hits=1000, threads=2)
     assert row["max_abs_diff"] <= 0.005, row
     assert row["same_expanded_query"] == row["test_queries"], row
