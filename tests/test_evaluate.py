@@ -120,6 +120,29 @@ def test_rm3_breaks_ties_by_first_appearance_in_the_feedback_documents():
     assert [r.vocab.terms[i] for i in t[0]] == ["zeta", "delta", "gamma"]
 
 
+def test_rm3_reads_documents_only_where_a_tie_decides_the_pruning():
+    import scipy.sparse as sp
+
+    from adaptive_ir.retrieval.feedback import ties_decide, top_terms
+
+    rows = sp.csr_matrix(np.array([[0.5, 0.3, 0.2, 0.1, 0.0],      # distinct: the weights alone decide
+                                   [0.4, 0.4, 0.1, 0.05, 0.05],    # a tie inside the top 2
+                                   [0.5, 0.2, 0.2, 0.1, 0.0],      # the 2nd ties the 3rd: membership
+                                   [0.5, 0.3, 0.1, 0.1, 0.0]]))    # a tie below the cut: nothing decided
+    assert [ties_decide(rows, q, 2) for q in range(4)] == [False, True, True, False]
+    for q in (0, 3):  # where no tie decides, any order gives the same pruning
+        assert all(np.array_equal(top_terms(rows, q, 2, order)[0], top_terms(rows, q, 2)[0])
+                   for order in ([4, 3, 2, 1, 0], [2, 3, 0, 1]))
+    # documents with distinct counts: RM1 has no tie at the top, and no text is read again
+    docs = ["fox " * 5 + "den " * 3 + "kit", "fox fox dog", "cat"]
+    coll = Collection("no-ties", MemoryCorpus(["d0", "d1", "d2"], [""] * 3, docs), {}, {})
+    r = Retriever.build(coll)
+    calls = []
+    r.doc_texts = lambda idx: calls.append(list(idx)) or coll.doc_texts_at(idx)
+    rm3_expansion(r, r.encode(["fox"]), fb_docs=1, fb_terms=2)
+    assert calls == []
+
+
 def test_rm3_reads_every_feedback_document_in_one_call():
     # a gzipped corpus is decompressed once per read by position: one read per query would be quadratic
     coll = tiny_collection()

@@ -110,7 +110,7 @@ def test_the_whole_dev_split_scores_an_earlier_sample_best_checkpoint(tmp_path):
     stop_score = trainer._dev_score(qs, tables)[1]
     assert stop_score != last_score  # the two candidates are told apart
     core.load_state_dict(last_model)
-    trainer.best_update = trainer.update - 1
+    trainer.selection.best_update = trainer.update - 1
     monitor = Monitor(tmp_path / "logs", None)
     trainer._pick_on_full_dev(monitor)
     monitor.close()
@@ -341,9 +341,9 @@ def test_training_on_several_collections_draws_each_update_from_one_and_resumes_
     monkeypatch.setattr(torch.distributed, "barrier", lambda *args, **kwargs: None)
     rank1 = Trainer(tiny_config(tmp_path / "rank1", **overrides), progress=False)
     assert rank1.rank == 1 and [len(src.shard) for src in rank1.sources] == [24, 24]  # its half of each
-    assert [rank1._next_source().name for _ in used] == used
+    assert [rank1.sources.draw().name for _ in used] == used
     rank1.load(tmp_path / "cut" / "checkpoints" / "last.pt")
-    assert [rank1._next_source().name for _ in used_rest] == used_rest
+    assert [rank1.sources.draw().name for _ in used_rest] == used_rest
 
 
 def test_several_collections_need_folders_and_one_embedding_space(tmp_path):

@@ -91,15 +91,25 @@ def top_terms(row_matrix: sp.csr_matrix, q: int, n: int, order: Sequence[int] | 
     return cols[keep], vals[keep]
 
 
+def ties_decide(row_matrix: sp.csr_matrix, q: int, n: int) -> bool:
+    """Whether ``top_terms(row_matrix, q, n, order)`` can depend on ``order``: two of the row's ``n`` heaviest
+    weights are equal, or the ``n``-th equals the next one (without such a tie the weights alone decide)."""
+    vals = row_matrix.data[row_matrix.indptr[q]:row_matrix.indptr[q + 1]]
+    if len(vals) > n + 1:
+        vals = np.partition(vals, len(vals) - n - 1)[len(vals) - n - 1:]
+    return bool(len(np.unique(vals)) < len(vals))
+
+
 def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int = 10, orig_weight: float = 0.5,
-                tie_order: Sequence[Sequence[int]] | None = None, unit_query: bool = False
+                tie_order: Sequence[Sequence[int] | None] | None = None, unit_query: bool = False
                 ) -> tuple[list[list[int]], list[list[float]]]:
     """RM3 expanded queries: orig_weight · (query term counts, L1-normalised) + (1 − orig_weight) · RM1
     pruned to its ``fb_terms`` heaviest terms and L1-normalised. Returns (term ids, weights) per query.
 
     ``tie_order[q]``: query q's feedback terms in order of first appearance in its feedback documents, which
     breaks ties in the pruning as the reference implementation behind ``BASELINES.md`` does (a ``Counter`` filled
-    document by document). Ties are common when one or two documents match a short query (NFCorpus).
+    document by document); None for a query whose ties do not decide (``ties_decide``). Ties are common when one
+    or two documents match a short query (NFCorpus).
     ``unit_query``: the same queries scaled by |q| / orig_weight, so that each query word weighs 1 (its count), as
     in the env, where an added term's weight is relative to the query's words; BM25 scores are linear in the
     weights, so the ranking is the same."""

@@ -9,7 +9,13 @@ import re
 
 import numpy as np
 
-from adaptive_ir.retrieval.feedback import SemanticFeedback, feedback_documents, relevance_model, rm3_queries
+from adaptive_ir.retrieval.feedback import (
+    SemanticFeedback,
+    feedback_documents,
+    relevance_model,
+    rm3_queries,
+    ties_decide,
+)
 from adaptive_ir.retrieval.index import key_docs, key_scores
 from adaptive_ir.retrieval.retriever import Retriever
 
@@ -37,8 +43,13 @@ def rm3_expansion(retriever: Retriever, terms: list[list[int]], fb_docs: int = R
         vectors = None if query_vectors is None else query_vectors[lo:lo + chunk]
         fb_scores, fb_idx = feedback_documents(retriever, part, fb_docs, feedback, vectors)
         rm1 = relevance_model(retriever.corpus, fb_idx, fb_scores)
-        # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does
-        order = retriever.first_occurrences([i[w > 0] for i, w in zip(fb_idx, fb_scores)])
+        # ties in RM1 broken by first appearance in the feedback documents, as BASELINES.md's reference does: read
+        # (the documents' texts analyzed again) only for the queries whose pruning a tie decides
+        tied = [q for q in range(len(part)) if ties_decide(rm1, q, fb_terms)]
+        order: list[list[int] | None] = [None] * len(part)
+        if tied:
+            for q, first in zip(tied, retriever.first_occurrences([fb_idx[q][fb_scores[q] > 0] for q in tied])):
+                order[q] = first
         t, w = rm3_queries(part, rm1, fb_terms, orig_weight, order, unit_query)
         out_terms += t
         out_weights += w

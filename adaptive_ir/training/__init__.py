@@ -1,7 +1,8 @@
 """Training: one run from start to end, the same for ``adaptive-ir train``, ``adaptive_ir.train`` and each seed of
-``adaptive-ir compare`` (``run``: ``run_training``), the loop itself (``trainer``: precompute, PPO updates, dev
-evaluation, checkpoints, resume, DDP), the run's folder, lock and run.json (``rundir``) and its metric log
-(``monitor``)."""
+``adaptive-ir compare`` (``run``: ``run_training``), the loop itself (``trainer``: precompute, PPO updates,
+checkpoints, resume, DDP), where its episodes come from (``sources``: each collection's train queries in seeded
+epochs, one collection drawn per update), which checkpoint it keeps (``selection``: dev scores, the best so far,
+patience), the run's folder, lock and run.json (``rundir``) and its metric log (``monitor``)."""
 
 from adaptive_ir.training.monitor import Monitor, read_metrics
 from adaptive_ir.training.run import RefusedOnRankZero, Trained, names_folders, run_training

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, cast
 
-import ir_measures
 import torch
 from torch import nn
 from tqdm.auto import tqdm
@@ -30,23 +27,23 @@ from adaptive_ir.artifacts.checkpoint import (
 from adaptive_ir.artifacts.spec import data_identity, policy_spec
 from adaptive_ir.common.amp import AmpContext, Autocast
 from adaptive_ir.common.distributed import dist_info
-from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.hostsync import allowed_sync
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
 from adaptive_ir.common.progress import duration, peak_rss_gib
 from adaptive_ir.common.telemetry import GPUTelemetry, PhaseTimer, Window, describe_time
 from adaptive_ir.config import Config, config_to_dict, resolve_device
-from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.evaluation.methods import evaluate_split
-from adaptive_ir.evaluation.metrics import MEASURES, METRIC_NAMES, drop_excluded, evaluate_run, format_table
-from adaptive_ir.rl.buffer import RolloutBuffer, compute_gae
-from adaptive_ir.rl.env import QuerySet, ReformulationEnv
-from adaptive_ir.rl.factory import build_agent, make_env
+from adaptive_ir.evaluation.metrics import format_table
+from adaptive_ir.rl.buffer import compute_gae
+from adaptive_ir.rl.env import QuerySet
+from adaptive_ir.rl.factory import build_agent
 from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect
 from adaptive_ir.rl.warmstart import first_step_gains, warm_start
 from adaptive_ir.rl.workspace import Tables, Workspace, seed_everything
 from adaptive_ir.training.monitor import Monitor
+from adaptive_ir.training.selection import Selection, dev_score
+from adaptive_ir.training.sources import Sources, sampler_seed
 
 log = logging.getLogger(__name__)
 GPU_SAMPLE_INTERVAL_S = 0.5
@@ -83,63 +80,10 @@ def parallel_wrapper(core: nn.Module, device: torch.device, amp: AmpContext, min
     return None
 
 
-class EpochSampler:
-    """Query positions in seeded random order, each train query once per epoch."""
-
-    def __init__(self, n: int, generator: torch.Generator):
-        self.n, self.gen = n, generator
-        self.perm = torch.randperm(n, generator=generator)
-        self.pos = 0
-        self.epoch = 0
-
-    def next(self, b: int) -> torch.Tensor:
-        out = []
-        while b > 0:
-            if self.pos == self.n:
-                self.perm, self.pos, self.epoch = torch.randperm(self.n, generator=self.gen), 0, self.epoch + 1
-            take = min(b, self.n - self.pos)
-            out.append(self.perm[self.pos:self.pos + take])
-            self.pos, b = self.pos + take, b - take
-        return torch.cat(out)
-
-    def state_dict(self) -> dict:
-        # the generator too: the permutations of the epochs after a resume must be those of an unbroken run
-        return {"perm": self.perm, "pos": self.pos, "epoch": self.epoch, "generator": self.gen.get_state()}
-
-    def load_state_dict(self, s: dict) -> None:
-        self.perm, self.pos, self.epoch = s["perm"], s["pos"], s["epoch"]
-        self.gen.set_state(s["generator"])
-
-
-@dataclass
-class TrainSource:
-    """One collection's train queries as the rollout sees them (data_dir's, or one of data.also_train_on's)."""
-
-    name: str
-    data: dict[str, str]
-    """The identity of its collection (``spec.data_identity``)."""
-    qs: QuerySet
-    tables: Tables
-    env: ReformulationEnv
-    shard: torch.Tensor
-    """This rank's stride of the query positions (DDP: each rank walks its own)."""
-    sampler: EpochSampler
-    buf: RolloutBuffer
-    """Shaped for this query set's candidates."""
-
-
 CollectStats = TypedDict("CollectStats", {"return": float, "final_metric": float, "length": float, "episodes": int,
                                            "steps": int, "local_steps": int, "max_local_steps": int})
 """What ``Trainer._collect`` returns: the update's mean return, final metric and episode length, its episodes and
 steps (over every rank), and this rank's and the largest rank's transitions."""
-
-
-def selection_metric(cfg: Config) -> dict[str, float]:
-    """The dev metric that picks the best checkpoint: the reward's own mix, as ir-measures names it."""
-    k = cfg.retrieval.reward_k
-    weights = cfg.reward_terms
-    names = {"recall": f"R@{k}", "mrr": f"RR@{k}"}
-    return {names[m]: w for m, w in weights.items() if w}
 
 
 class Trainer:
@@ -187,18 +131,13 @@ class Trainer:
         self.episodes_per_round = tc.collect_batch_size
         self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
         seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
-        self.sources = [self._source(self.ws, self.train_qs, self.train_tables, self._sampler_seed(seed, 0))]
+        self.sources = Sources(cfg, self.device, self.rank, self.world, self.rounds * self.episodes_per_round,
+                               self.progress)
+        primary = self.sources.add(self.ws, self.train_qs, self.train_tables, sampler_seed(seed, 0))
         for i, folder in enumerate(cfg.data.also_train_on, 1):
-            self.sources.append(self._also_source(folder, self._sampler_seed(seed, i)))
-        self.share = self._shares()
-        """Probability that an update rolls out on each source (sources[0]: data_dir's train queries)."""
-        # the same stream on every rank: DDP ranks roll out an update on the same collection
-        self.source_gen = torch.Generator().manual_seed(cfg.system.seed + 4)
-        self.also_data = [{"name": src.name, **src.data} for src in self.sources[1:]]
-        """The identity of each data.also_train_on collection (recorded in checkpoints and exported cards)."""
-        primary = self.sources[0]
+            self.sources.add_also(folder, sampler_seed(seed, i), self.ws)
         self.env, self.shard, self.buf = primary.env, primary.shard, primary.buf
-        n_train = sum(len(src.qs) for src in self.sources)
+        n_train = self.sources.num_queries
         self.total_updates = tc.num_epochs and max(1, math.ceil(tc.num_epochs * n_train
                                                                 / (self.world * self.rounds * self.episodes_per_round)))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -210,53 +149,14 @@ class Trainer:
         self.minibatch_gen = torch.Generator(self.device).manual_seed(seed + 1)
         self.update = self.episodes = self.steps = 0
         self.warm_started = False
-        self.best, self.best_update, self.bad_evals, self.nonfinite_streak, self.nonfinite_total = -1.0, -1, 0, 0, 0
-        self.best_episodes = 0  # training episodes at the best dev evaluation (patience counted in episodes)
+        self.nonfinite_streak = self.nonfinite_total = 0
+        self.selection = Selection(cfg)
         self.full_dev: dict | None = None  # with a dev sample: the final pick's figures on the whole dev split
         self.ckpt_dir = tc.checkpoint_path_dir
         self.stop_signal: int | None = None
         self._timer: PhaseTimer | None = None  # while train() runs: where its time goes (save() counts itself)
         if resume:
             self.load(resume)
-
-    @staticmethod
-    def _sampler_seed(seed: int, source: int) -> int:
-        """The seed of the epoch order of ``sources[source]`` on the rank whose streams start at ``seed``."""
-        return seed + 2 + 10 * source
-
-    def _source(self, ws: Workspace, qs: QuerySet, tables: Tables, sampler_seed: int) -> TrainSource:
-        # DDP: each rank walks its own stride of the train queries, so an update sees world × the episodes
-        shard = torch.arange(self.rank, len(qs), self.world)
-        if len(shard) == 0:
-            raise AdaptiveIRError(f"{ws.collection.name}: {len(qs)} train queries cannot be shared by {self.world} "
-                                  "processes; use fewer processes (--nproc_per_node)")
-        buf = RolloutBuffer(self.cfg.rl_agent.max_steps_per_episode, self.rounds * self.episodes_per_round,
-                            qs.max_candidates, self.device)
-        return TrainSource(ws.collection.name, data_identity(ws), qs, tables, make_env(self.cfg, ws, qs), shard,
-                           EpochSampler(len(shard), torch.Generator().manual_seed(sampler_seed)), buf)
-
-    def _also_source(self, folder: str, sampler_seed: int) -> TrainSource:
-        """The train queries of one data.also_train_on collection: its own index, candidates and embeddings
-        (cached like data_dir's), built with this run's settings. Its dev split is loaded so that, where the
-        collection has none, the same train queries are carved out as when it is trained on alone; its test
-        judgments stay unread."""
-        data = dataclasses.replace(self.cfg.data, data_dir=folder, max_train_queries=None, also_train_on=[],
-                                   also_train_share=None)
-        ws = Workspace(dataclasses.replace(self.cfg, data=data), self.device, progress=self.progress,
-                       splits=("train", "dev"))
-        qs, tables = ws.split("train", judged_only=True)
-        for phase, seconds in ws.phases.seconds.items():  # this run's time per phase counts theirs too
-            self.ws.phases.add(f"{phase} ({ws.collection.name})", seconds)
-        log.info("also training on %s: %d train queries", folder, len(qs))
-        return self._source(ws, qs, tables, sampler_seed)
-
-    def _shares(self) -> list[float]:
-        counts = [len(src.qs) for src in self.sources]
-        also = self.cfg.data.also_train_share
-        if also is None or len(counts) == 1:
-            return [c / sum(counts) for c in counts]
-        rest = sum(counts[1:])
-        return [1.0 - also] + [also * c / rest for c in counts[1:]]
 
     def _parallelize(self) -> None:
         """DDP under torchrun, or DataParallel over all visible GPUs for large minibatches: the PPO update's
@@ -352,7 +252,7 @@ class Trainer:
                     log.info("early stopping: no dev improvement in %s", patience)
                     break
             sampled = self.dev_qs is not None and len(self.dev_qs) < len(self.ws.collection.split("dev")[0])
-            if sampled and self.best_update >= 0 and self.stop_signal is None:
+            if sampled and self.selection.best_update >= 0 and self.stop_signal is None:
                 assert monitor is not None  # sampled: dev_qs is set, on rank 0 alone, which made the monitor
                 with self.ws.phases("dev selection", "dev selection (whole dev split)"), timer.part("dev_evaluation"):
                     self._pick_on_full_dev(monitor)
@@ -363,7 +263,7 @@ class Trainer:
             if self.is_main:
                 if consistent:
                     self.save(self.ckpt_dir / "last.pt")
-                    if self.best_update < 0:  # no dev split: the last model is the best we know
+                    if self.selection.best_update < 0:  # no dev split: the last model is the best we know
                         self.save(self.ckpt_dir / "best.pt")
                 else:  # an exception mid-update: its weights moved, its counters did not; resume replays it whole
                     log.warning("update %d stopped half-way; %s is left as it was (the last consistent state)",
@@ -378,7 +278,7 @@ class Trainer:
             log.info("time per phase: %s; peak RSS %.2f GiB", ", ".join(
                 f"{k} {duration(v)}" for k, v in self.ws.phases.seconds.items()), peak_rss_gib())
             log.info("%s", describe_time(spent))
-        return {"updates": self.update, "best_dev": self.best, "best_update": self.best_update,
+        return {"updates": self.update, "best_dev": self.selection.best, "best_update": self.selection.best_update,
                 "interrupted": self.stop_signal is not None, "dev_full": self.full_dev, **self.ws.phases.summary(),
                 "training_time": spent}
 
@@ -437,15 +337,9 @@ class Trainer:
         self.stop_signal = int(flags[1]) or None
         return bool(flags[0])
 
-    def _next_source(self) -> TrainSource:
-        """The collection this update rolls out on: drawn by its share (none drawn with one collection)."""
-        if len(self.sources) == 1:
-            return self.sources[0]
-        return self.sources[int(torch.multinomial(torch.tensor(self.share), 1, generator=self.source_gen))]
-
     def _collect(self) -> CollectStats:
         """One update's episodes, all on one collection (``self.source``, into its buffer ``self.buf``)."""
-        src = self.source = self._next_source()
+        src = self.source = self.sources.draw()
         self.buf = src.buf
         src.buf.clear()
         self.agent.use_tables(src.tables)
@@ -482,30 +376,18 @@ class Trainer:
             return self.update % self.cfg.training.eval_every == 0
         return self.episodes // every > episodes_before // every
 
-    def _dev_score(self, qs, tables) -> tuple[dict[str, float], float]:
-        """Greedy evaluation of the current policy on dev queries: (every metric, the selection score)."""
-        _, _, qrels = self.ws.collection.split("dev")
-        run, _ = agent_run(self.cfg, self.ws, self.agent, self.amp, qs, tables)
-        run = drop_excluded(run, self.ws.collection.excluded_docs("dev"))
-        wanted = selection_metric(self.cfg)
-        metrics = evaluate_run(qrels, run, MEASURES + [ir_measures.parse_measure(m) for m in wanted
-                                                       if m not in METRIC_NAMES], qids=qs.qids)
-        return metrics, sum(w * metrics[m] for m, w in wanted.items())
+    def _dev_score(self, qs: QuerySet, tables: Tables) -> tuple[dict[str, float], float]:
+        return dev_score(self.cfg, self.ws, self.agent, self.amp, qs, tables)
 
     def _evaluate_dev(self, monitor: Monitor) -> bool:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
+        assert self.dev_qs is not None and self.dev_tables is not None  # evaluations are due only with a dev split
         metrics, score = self._dev_score(self.dev_qs, self.dev_tables)
         monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score}, self.steps,
                     self.episodes)
-        if score > self.best + 1e-9:
-            self.best, self.best_update, self.bad_evals, self.best_episodes = score, self.update, 0, self.episodes
+        if self.selection.record(score, self.update, self.episodes):
             self.save(self.ckpt_dir / "best.pt")
-        else:
-            self.bad_evals += 1
-        tc = self.cfg.training
-        if tc.early_stopping_patience_episodes is not None:
-            return self.episodes - self.best_episodes >= tc.early_stopping_patience_episodes
-        return tc.early_stopping_patience > 0 and self.bad_evals >= tc.early_stopping_patience
+        return self.selection.exhausted(self.episodes)
 
     def _pick_on_full_dev(self, monitor: Monitor) -> None:
         """The dev sample's best checkpoint and the last model, scored on the whole dev split: the better one
@@ -513,7 +395,7 @@ class Trainer:
         qs, tables = self.ws.split("dev")
         _, last = self._dev_score(qs, tables)
         best_path, picked = self.ckpt_dir / "best.pt", last
-        if self.best_update != self.update:
+        if self.selection.best_update != self.update:
             last_model = {k: v.clone() for k, v in self.agent.core.state_dict().items()}
             self.agent.core.load_state_dict(load_compatible(best_path, self.cfg, self.ws)["model"])
             _, picked = self._dev_score(qs, tables)
@@ -521,11 +403,11 @@ class Trainer:
         chosen = "last" if last > picked + 1e-9 else "sample_best"
         if chosen == "last":
             self.save(best_path)
-        self.full_dev = {"queries": len(qs), "sample_best": picked, "sample_best_update": self.best_update,
+        self.full_dev = {"queries": len(qs), "sample_best": picked, "sample_best_update": self.selection.best_update,
                          "last": last, "last_update": self.update, "chosen": chosen}
         monitor.log(self.update, {"dev_full/sample_best": picked, "dev_full/last": last}, self.steps, self.episodes)
         log.info("whole dev split (%d queries): the sample's best (update %d) %.4f, the last model (update %d) "
-                 "%.4f; best.pt is the %s", len(qs), self.best_update, picked, self.update, last,
+                 "%.4f; best.pt is the %s", len(qs), self.selection.best_update, picked, self.update, last,
                  "last model" if chosen == "last" else "sample's best")
 
     # ------------------------------------------------------------------ checkpoints
@@ -536,7 +418,7 @@ class Trainer:
             "config": config_to_dict(self.cfg),
             "spec": self.spec,
             "data": self.data_id,
-            "also_data": self.also_data,
+            "also_data": self.sources.also_data,
             "init_from_sha256": self.init_sha256,
             "model": self.agent.core.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -545,12 +427,9 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state(), "action": self.action_gen.get_state(),
                     "minibatch": self.minibatch_gen.get_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-            "sampler": self.sources[0].sampler.state_dict(),
-            "also_samplers": [src.sampler.state_dict() for src in self.sources[1:]],
-            "source_rng": self.source_gen.get_state(),
+            **self.sources.state_dict(),
             "counters": {"update": self.update, "episodes": self.episodes, "steps": self.steps,
-                         "best": self.best, "best_update": self.best_update, "bad_evals": self.bad_evals,
-                         "best_episodes": self.best_episodes,
+                         **self.selection.counters(),
                          "nonfinite_streak": self.nonfinite_streak, "nonfinite_total": self.nonfinite_total,
                          "warm_started": self.warm_started},
         }
@@ -574,20 +453,16 @@ class Trainer:
             seed = self.cfg.system.seed + 3 * c["update"]
             self._restore_generator(self.action_gen, s["rng"]["action"], seed)
             self._restore_generator(self.minibatch_gen, s["rng"]["minibatch"], seed + 1)
-            self.sources[0].sampler.load_state_dict(s["sampler"])
-            for src, state in zip(self.sources[1:], s.get("also_samplers", [])):
-                src.sampler.load_state_dict(state)
+            self.sources.load_samplers(s)
         else:  # other DDP ranks start fresh streams, offset by the update so they do not replay the first ones
             seed = self.cfg.system.seed + RANK_SEED_STRIDE * self.rank + 3 * c["update"]
             self.action_gen.manual_seed(seed)
             self.minibatch_gen.manual_seed(seed + 1)
-            for i, src in enumerate(self.sources):
-                src.sampler = EpochSampler(len(src.shard), torch.Generator().manual_seed(self._sampler_seed(seed, i)))
+            self.sources.reseed_samplers(seed)
         if "source_rng" in s:  # every rank: the collection drawn per update must stay the same on all
-            self.source_gen.set_state(s["source_rng"])
+            self.sources.gen.set_state(s["source_rng"])
         self.update, self.episodes, self.steps = c["update"], c["episodes"], c["steps"]
-        self.best, self.best_update, self.bad_evals = c["best"], c["best_update"], c["bad_evals"]
-        self.best_episodes = c.get("best_episodes", 0)  # absent from checkpoints of older versions
+        self.selection.load(c)
         self.nonfinite_streak, self.nonfinite_total = c["nonfinite_streak"], c["nonfinite_total"]
         self.warm_started = c.get("warm_started", self.update > 0)  # checkpoints from before the warm start
         log.info("resumed from %s at update %d", path, self.update)
