@@ -122,7 +122,7 @@ class CandidateMiner:
         """The weights the effect preview adds each candidate at (None: no preview), the depth of the ranking it
         looks at, and whether a candidate's weight is also scaled by its mean score
         (``retrieval.expansion_weighting: score``)."""
-        self._host_index = None
+        self._host_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         for w in preview_levels or ():
             self.feature_names += [f"preview_enter_w{w:g}", f"preview_enter10_w{w:g}", f"preview_match_w{w:g}"]
         self.search_seconds = 0.0

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 
 from adaptive_ir.retrieval.analyzer import CorpusTerms
-from adaptive_ir.retrieval.index import BM25Weights, key_docs, key_scores
+from adaptive_ir.retrieval.index import BM25Weights, LuceneWeights, key_docs, key_scores
 
 if TYPE_CHECKING:
     from adaptive_ir.retrieval.retriever import Retriever
@@ -52,7 +52,7 @@ class FeedbackRows:
         m.data[:] = 1.0
         return m
 
-    def impacts(self, weights: BM25Weights) -> sp.csr_matrix:
+    def impacts(self, weights: BM25Weights | LuceneWeights) -> sp.csr_matrix:
         """(docs, vocab) BM25 impacts, the very numbers of the index's postings."""
         m = self.tf.copy()
         m.data = weights.impacts(m.indices, m.data, np.repeat(self.corpus.doc_len[self.docs], np.diff(m.indptr)))
