@@ -9,6 +9,7 @@ import io
 import json
 import sys
 
+import numpy as np
 import pytest
 from helpers import tiny_config
 
@@ -213,6 +214,17 @@ def test_records_are_reformulates_rewrites(trained):
             x.rpartition("^")[0].replace("\\", "") if "^" in x else x.replace("\\", "")
             for x in o["lucene_query"].split()}
         json.dumps(n)  # plain JSON
+    # an independent computation: the query's own words (weight 1 each) and the added terms at their weights,
+    # searched from scratch, rank the same top documents with the same scores
+    r = ref.ws.retriever
+    assert ref.cfg.retrieval.start == "query" and r.vocab.surface is r.vocab.terms  # words are the index's terms
+    for text, n in zip(texts, new):
+        own = r.encode([text])[0]
+        added = [(r.vocab.ids[t["term"]], t["weight"]) for t in n["added_terms"]]
+        scores, idx = r.search([own + [t for t, _ in added]], [[1.0] * len(own) + [w for _, w in added]], k=5)
+        ranked = [(r.doc_ids[d], float(sc)) for d, sc in zip(idx[0], scores[0]) if sc > 0]
+        assert [d["id"] for d in n["top_docs"]] == [d for d, _ in ranked]
+        np.testing.assert_allclose([d["score"] for d in n["top_docs"]], [sc for _, sc in ranked], rtol=1e-6)
     # no documents asked for: no search, the same rewrites
     bare = ref.reformulate_batch(list(zip(qids, texts)))
     assert all("top_docs" not in r for r in bare)
