@@ -5,7 +5,7 @@ Each loop plays random legal actions (one draw over the action mask, the same fo
 episode in every row whose episode ended: the native loop with ``ReformulationEnv.restart``, the Gymnasium env by its
 NextStep autoreset, the TorchRL env by ``step_and_maybe_reset``'s partial resets. The front ends add what they are
 for: each step's whole observation (the query's and every candidate's embedding, the features, the masks) as numpy
-arrays (Gymnasium) or a tensordict (TorchRL).
+arrays (Gymnasium) or a tensordict (TorchRL); and again with ``observation="rows"`` (the embeddings' rows instead).
 
     python benchmarks/envs.py --config scifact --data-dir ../shared/datasets/scifact --batch 256 --threads 1 \
         --json benchmarks/results/envs.json
@@ -68,6 +68,10 @@ def main() -> None:
         keys["training__output_dir"] = args.output_dir
     venv = ReformulateVectorEnv(args.batch, args.config, args.data_dir, "train", str(device), **keys)
     trl = ReformulateTorchRLEnv(args.batch, args.config, args.data_dir, "train", str(device), **keys)
+    rows_venv = ReformulateVectorEnv(args.batch, args.config, args.data_dir, "train", str(device),
+                                     observation="rows", **keys)
+    rows_trl = ReformulateTorchRLEnv(args.batch, args.config, args.data_dir, "train", str(device), observation="rows",
+                                     **keys)
     src = venv.source
     rng = np.random.default_rng(0)
     draw = lambda n: torch.from_numpy(rng.integers(0, len(src.qs), n))  # noqa: E731
@@ -76,17 +80,19 @@ def main() -> None:
     native_loop(src.env, draw, 3, gen)  # warm-up: compiled kernels loaded, lanes allocated
     seconds = {"native": timed(lambda: native_loop(src.env, draw, steps, gen)),
                "gymnasium": timed(lambda: gym_loop(venv, steps, gen)),
-               "torchrl": timed(lambda: torchrl_loop(trl, steps, gen))}
+               "torchrl": timed(lambda: torchrl_loop(trl, steps, gen)),
+               "gymnasium_rows": timed(lambda: gym_loop(rows_venv, steps, gen)),
+               "torchrl_rows": timed(lambda: torchrl_loop(rows_trl, steps, gen))}
     per_s = {name: round(args.batch * steps / s, 1) for name, s in seconds.items()}
-    obs = src.observe()
+    nbytes = {rows: int(sum(v.numel() * v.element_size() for v in src.observe(rows).values())) for rows in (False, True)}
     common.write_json(args.json, {
         "machine": common.machine(device),
         "settings": {"config": args.config, "data_dir": args.data_dir, "batch": args.batch, "steps": steps,
                      "train_queries": len(src.qs), "candidates": src.qs.max_candidates,
                      "embedding_dim": int(src.tables.query.shape[1]),
-                     "observation_bytes_per_step": int(sum(v.numel() * v.element_size() for v in obs.values()))},
+                     "observation_bytes_per_step": {"embeddings": nbytes[False], "rows": nbytes[True]}},
         "env_steps_per_s": per_s,
-        "share_of_native": {name: round(per_s[name] / per_s["native"], 3) for name in ("gymnasium", "torchrl")},
+        "share_of_native": {name: round(v / per_s["native"], 3) for name, v in per_s.items() if name != "native"},
     })
 
 

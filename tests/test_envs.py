@@ -157,3 +157,20 @@ def test_torchrl_specs_and_ppo_receive_the_engines_rewards(keys):
     assert steps == 256 == 8 * len(received)
     assert all(torch.equal(r[:, 0], log[3]) for r, log in zip(received, recorder.log, strict=True))
     assert recorder.replay_matches(env.source) >= 16
+
+
+def test_rows_observation_indexes_the_same_embeddings(keys):
+    full = gym.make_vec(ENV_ID, num_envs=4, **keys)
+    rows = gym.make_vec(ENV_ID, num_envs=4, observation="rows", **keys)
+    check_env(gym.make(ENV_ID, observation="rows", **keys).unwrapped, skip_render_check=True)
+    a, _ = full.reset(seed=2)
+    b, _ = rows.reset(seed=2)
+    for _ in range(6):
+        table = rows.unwrapped
+        assert np.array_equal(table.query_table[b["query_row"]], a["query"])
+        assert np.array_equal(table.term_table[b["candidate_rows"]], a["candidates"])
+        assert all(np.array_equal(a[k], b[k]) for k in ("features", "valid", "chosen", "step", "action_mask"))
+        acts = np.array([np.flatnonzero(m)[0] for m in a["action_mask"]])
+        a, ra, *_ = full.step(acts)
+        b, rb, *_ = rows.step(acts)
+        assert np.array_equal(ra, rb)

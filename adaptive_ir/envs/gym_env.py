@@ -32,23 +32,36 @@ from adaptive_ir.envs.source import EnvSource
 ENV_ID = "adaptive_ir/Reformulate-v0"
 
 
-def observation_space(src: EnvSource) -> spaces.Dict:
+OBSERVATIONS = ("embeddings", "rows")
+"""What an observation holds of the query and the candidates: their embeddings, or their rows in the env's
+``query_table`` and ``term_table`` (a policy looks them up; the observation is then about 25× smaller)."""
+
+
+def observation_space(src: EnvSource, observation: str = "embeddings") -> spaces.Dict:
     """One episode's observation space."""
     m, d, f = src.qs.max_candidates, src.tables.query.shape[1], src.qs.cand_feats.shape[2]
     box = lambda *shape: spaces.Box(-np.inf, np.inf, shape, np.float32)  # noqa: E731
-    return spaces.Dict({"query": box(d), "candidates": box(m, d), "features": box(m, f),
-                        "valid": spaces.MultiBinary(m), "chosen": spaces.MultiBinary(m),
+    if observation == "rows":
+        ids: dict[str, spaces.Space] = {"query_row": spaces.Discrete(src.tables.query.shape[0]),
+                                        "candidate_rows": spaces.MultiDiscrete([src.tables.term.shape[0]] * m)}
+    else:
+        ids = {"query": box(d), "candidates": box(m, d)}
+    return spaces.Dict({**ids, "features": box(m, f), "valid": spaces.MultiBinary(m), "chosen": spaces.MultiBinary(m),
                         "step": spaces.Discrete(src.env.max_steps + 1),
                         "action_mask": spaces.MultiBinary(src.num_actions)})
 
 
+_INTEGERS = ("step", "query_row", "candidate_rows")
+
+
 def to_numpy(obs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """Observation tensors as fresh numpy arrays of the space's dtypes (never a view of the env's state)."""
+    """Observation tensors (fresh ones: ``EnvSource.observe``) as numpy arrays of the space's dtypes, without a copy
+    where the dtype is already the space's."""
     out = {}
     for key, value in obs.items():
         value = value.detach().cpu()
-        dtype = np.float32 if value.is_floating_point() else np.int64 if key == "step" else np.int8
-        out[key] = np.array(value.numpy(), dtype=dtype, copy=True)
+        dtype = np.float32 if value.is_floating_point() else np.int64 if key in _INTEGERS else np.int8
+        out[key] = value.numpy().astype(dtype, copy=False)
     return out
 
 
@@ -58,11 +71,18 @@ class ReformulateVectorEnv(VectorEnv):
 
     def __init__(self, num_envs: int = 1, config: str | Config = "quickstart", data_dir: str | None = None,
                  split: str = "train", device: str | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, **overrides: Any):
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, observation: str = "embeddings",
+                 **overrides: Any):
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation={observation!r}: expected one of {', '.join(OBSERVATIONS)}")
         self.source = EnvSource.build(config, data_dir, split, device, **overrides)
-        self.num_envs = int(num_envs)
+        self.num_envs, self.rows = int(num_envs), observation == "rows"
+        self.query_table = self.source.tables.query.cpu().numpy()
+        """(queries, D) the split's query embeddings (``query_row`` indexes it)."""
+        self.term_table = self.source.tables.term.cpu().numpy()
+        """(terms + 1, D) the candidate terms' embeddings, a zero row last (``candidate_rows`` index it)."""
         self.metadata = {"autoreset_mode": AutoresetMode(autoreset_mode)}
-        self.single_observation_space = observation_space(self.source)
+        self.single_observation_space = observation_space(self.source, observation)
         self.single_action_space = spaces.Discrete(self.source.num_actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -80,7 +100,7 @@ class ReformulateVectorEnv(VectorEnv):
             self.single_action_space.seed(seed[0] if isinstance(seed, list) else seed)
         self.source.env.reset(self._draw(self.num_envs))
         self._ended[:] = False
-        return to_numpy(self.source.observe()), {}
+        return to_numpy(self.source.observe(self.rows)), {}
 
     def step(self, actions: np.ndarray):
         src = self.source
@@ -91,14 +111,14 @@ class ReformulateVectorEnv(VectorEnv):
         same_step = self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
         info: dict[str, Any] = {}
         if same_step and terminated.any():
-            info = {"final_obs": to_numpy(src.observe()), "_final_obs": terminated.copy()}
+            info = {"final_obs": to_numpy(src.observe(self.rows)), "_final_obs": terminated.copy()}
         restart = terminated if same_step else self._ended  # NextStep: the episodes that ended at the last step
         if restart.any():
             rows = np.flatnonzero(restart)
             src.env.restart(torch.from_numpy(rows), self._draw(len(rows)))
         if not same_step:
             self._ended = terminated
-        return to_numpy(src.observe()), reward, terminated, np.zeros(self.num_envs, dtype=bool), info
+        return to_numpy(src.observe(self.rows)), reward, terminated, np.zeros(self.num_envs, dtype=bool), info
 
     def action_masks(self) -> np.ndarray:
         """(num_envs, M·L + 1) the legal actions (what sb3-contrib's MaskablePPO asks an env for)."""
@@ -112,8 +132,9 @@ class ReformulateEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, config: str | Config = "quickstart", data_dir: str | None = None, split: str = "train",
-                 device: str | None = None, **overrides: Any):
-        self.vec = ReformulateVectorEnv(1, config, data_dir, split, device, AutoresetMode.DISABLED, **overrides)
+                 device: str | None = None, observation: str = "embeddings", **overrides: Any):
+        self.vec = ReformulateVectorEnv(1, config, data_dir, split, device, AutoresetMode.DISABLED, observation,
+                                        **overrides)
         self.observation_space = self.vec.single_observation_space
         self.action_space = self.vec.single_action_space
 
@@ -137,4 +158,4 @@ def register() -> None:
         gym.register(ENV_ID, entry_point=ReformulateEnv, vector_entry_point=ReformulateVectorEnv)
 
 
-__all__ = ["ENV_ID", "ReformulateEnv", "ReformulateVectorEnv", "observation_space", "register"]
+__all__ = ["ENV_ID", "OBSERVATIONS", "ReformulateEnv", "ReformulateVectorEnv", "observation_space", "register"]

@@ -62,16 +62,17 @@ class EnvSource:
         """M·L + 1: every candidate at every weight, and STOP (the last)."""
         return self.env.stop + 1
 
-    def observe(self) -> dict[str, torch.Tensor]:
-        """The current observation of every row, as device tensors (``gym.py`` names each)."""
+    def observe(self, rows: bool = False) -> dict[str, torch.Tensor]:
+        """The current observation of every row, as fresh device tensors (``gym_env`` names each). ``rows``: the
+        query's and the candidates' rows in ``tables`` (``query_row``, ``candidate_rows``) in place of their
+        embeddings: 16 bytes a candidate where an embedding takes 4·D (a policy looks them up itself)."""
         env, qs, qidx = self.env, self.qs, self.env.qidx
-        return {"query": self.tables.query[qs.q_rows[qidx]],
-                "candidates": self.tables.term[qs.cand_rows[qidx]],
-                "features": qs.cand_feats[qidx],
-                "valid": qs.cand_valid[qidx],
-                "chosen": env.chosen,
-                "step": env.steps,
-                "action_mask": env.legal()}
+        if rows:
+            ids = {"query_row": qs.q_rows[qidx], "candidate_rows": qs.cand_rows[qidx]}
+        else:
+            ids = {"query": self.tables.query[qs.q_rows[qidx]], "candidates": self.tables.term[qs.cand_rows[qidx]]}
+        return {**ids, "features": qs.cand_feats[qidx], "valid": qs.cand_valid[qidx], "chosen": env.chosen.clone(),
+                "step": env.steps.clone(), "action_mask": env.legal()}
 
     def legalize(self, actions: torch.Tensor) -> torch.Tensor:
         """``actions`` with every one the mask forbids replaced by STOP: an illegal action ends the episode."""
