@@ -308,3 +308,29 @@ def test_postings_slot_major_hold_the_same_postings_grouped_by_slot(tiny):
     counts = (index.indptr[ids + 1] - index.indptr[ids]).t().reshape(-1)  # slot-major (slot, row) order
     expect = torch.arange(ids.shape[0]).repeat(ids.shape[1]).repeat_interleave(counts)
     assert torch.equal(s_rows, expect) and not torch.equal(rows, s_rows)
+
+
+def test_a_search_split_among_threads_gives_the_same_keys(monkeypatch):
+    import adaptive_ir.retrieval.index as index_module
+
+    coll = beir("scifact", dev_fraction=0)
+    corpus = CorpusTerms.build(coll.iter_doc_texts(), Analyzer())
+    index = BM25Index.build(corpus)
+    _, texts, _ = coll.split("test")
+    terms, weights = index.pad([corpus.vocab.encode(Analyzer().tokenize(t)) for t in texts],
+                               [[0.5 + (i % 3)] * len(corpus.vocab.encode(Analyzer().tokenize(t)))
+                                for i, t in enumerate(texts)])
+    calls = []
+    search = index_module.kernels.search_topk
+    monkeypatch.setattr(index_module.kernels, "search_topk", lambda *a: calls.append(len(a[4])) or search(*a))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = index.topk_keys(terms, weights, 100)
+        torch.set_num_threads(3)
+        monkeypatch.setattr(index_module, "PARALLEL_SEARCH_ROWS", 64)
+        split = index.topk_keys(terms, weights, 100)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls[0] == len(texts) and len(calls) == 4 and sum(calls[1:]) == len(texts)  # one call, then three
+    assert torch.equal(one, split)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -39,6 +40,8 @@ SCRATCH_CELLS = 1 << 26
 """Most score cells (rows × num_docs, float32: 256 MiB) of ``search``'s scratch."""
 CHUNK_POSTINGS = 1 << 23
 """Most postings ``search`` gathers at once (its temporaries take about 60 bytes per posting)."""
+PARALLEL_SEARCH_ROWS = 256
+"""Fewest query rows per thread of a CPU search (a thread pool costs more than it saves on fewer)."""
 POSITIVE_KEY = 1 << 32
 """The smallest ranking key of a document with a score > 0 (see ``ranking_keys``)."""
 _LOW = (1 << 32) - 1
@@ -363,10 +366,22 @@ class BM25Index:
             out = np.full((terms.shape[0], k), -1, np.int64)
             w = np.ones(terms.shape, np.float32) if weights is None else weights.numpy().astype(np.float32, copy=False)
             if terms.shape[0] and k:
-                kernels.search_topk(self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.num_docs,
-                                    terms.numpy(), w, k, out)
+                self._search_rows(terms.numpy(), w, k, out)
             return torch.from_numpy(out)
         return self.topk_keys_torch(terms, weights, k, max_cells)
+
+    def _search_rows(self, terms: np.ndarray, weights: np.ndarray, k: int, out: np.ndarray) -> None:
+        """``kernels.search_topk`` over the rows, split among torch's threads when there are many (the kernel
+        releases the GIL; each row is searched alone, so the split changes no number)."""
+        arrays = (self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.num_docs)
+        parts = min(torch.get_num_threads(), terms.shape[0] // PARALLEL_SEARCH_ROWS)
+        if parts <= 1:
+            kernels.search_topk(*arrays, terms, weights, k, out)
+            return
+        bounds = np.linspace(0, terms.shape[0], parts + 1).astype(int).tolist()
+        with ThreadPoolExecutor(parts) as pool:
+            list(pool.map(lambda lo, hi: kernels.search_topk(*arrays, terms[lo:hi], weights[lo:hi], k, out[lo:hi]),
+                          bounds[:-1], bounds[1:]))
 
     def topk_keys_torch(self, terms: torch.Tensor, weights: torch.Tensor | None = None, k: int = 100,
                         max_cells: int | None = None) -> torch.Tensor:
