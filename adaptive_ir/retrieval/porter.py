@@ -93,17 +93,6 @@ def _setto(b, j, s):
 
 
 @njit(cache=True)
-def _replace(b, k, suffix, repl):
-    """Step 3/4's rule: when the word ends with ``suffix``, it becomes ``repl`` if m() > 0; (matched, new k)."""
-    if not _ends(b, k, suffix):
-        return False, k
-    j = k - len(suffix)
-    if _m(b, j) > 0:
-        k = _setto(b, j, repl)
-    return True, k
-
-
-@njit(cache=True)
 def _step1(b, k):
     """Plurals, -ed and -ing."""
     if b[k] == 115:  # s
@@ -141,77 +130,53 @@ def _step1(b, k):
 
 
 @njit(cache=True)
+def _replace_first(b, k, rules):
+    """Steps 3 and 4: the first (suffix, replacement) of ``rules`` the word ends with is replaced if m() > 0; the
+    later ones are not tried. The new k."""
+    for suffix, repl in rules:
+        if _ends(b, k, suffix):
+            j = k - len(suffix)
+            return _setto(b, j, repl) if _m(b, j) > 0 else k
+    return k
+
+
+@njit(cache=True)
 def _step3(b, k):
-    """Double suffixes to single ones (-ization → -ize, ...): the first suffix of the penultimate letter's list that
-    matches is the only one tried."""
+    """Double suffixes to single ones (-ization → -ize, ...), by the penultimate letter."""
     if k == 0:
         return k
     c = b[k - 1]
-    done = False
     if c == _A:
-        done, k = _replace(b, k, "ational", "ate")
-        if not done:
-            done, k = _replace(b, k, "tional", "tion")
-    elif c == 99:  # c
-        done, k = _replace(b, k, "enci", "ence")
-        if not done:
-            done, k = _replace(b, k, "anci", "ance")
-    elif c == _E:
-        done, k = _replace(b, k, "izer", "ize")
-    elif c == 108:  # l
-        done, k = _replace(b, k, "bli", "ble")
-        if not done:
-            done, k = _replace(b, k, "alli", "al")
-        if not done:
-            done, k = _replace(b, k, "entli", "ent")
-        if not done:
-            done, k = _replace(b, k, "eli", "e")
-        if not done:
-            done, k = _replace(b, k, "ousli", "ous")
-    elif c == _O:
-        done, k = _replace(b, k, "ization", "ize")
-        if not done:
-            done, k = _replace(b, k, "ation", "ate")
-        if not done:
-            done, k = _replace(b, k, "ator", "ate")
-    elif c == 115:  # s
-        done, k = _replace(b, k, "alism", "al")
-        if not done:
-            done, k = _replace(b, k, "iveness", "ive")
-        if not done:
-            done, k = _replace(b, k, "fulness", "ful")
-        if not done:
-            done, k = _replace(b, k, "ousness", "ous")
-    elif c == 116:  # t
-        done, k = _replace(b, k, "aliti", "al")
-        if not done:
-            done, k = _replace(b, k, "iviti", "ive")
-        if not done:
-            done, k = _replace(b, k, "biliti", "ble")
-    elif c == 103:  # g
-        done, k = _replace(b, k, "logi", "log")
+        return _replace_first(b, k, (("ational", "ate"), ("tional", "tion")))
+    if c == 99:  # c
+        return _replace_first(b, k, (("enci", "ence"), ("anci", "ance")))
+    if c == _E:
+        return _replace_first(b, k, (("izer", "ize"),))
+    if c == 108:  # l
+        return _replace_first(b, k, (("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous")))
+    if c == _O:
+        return _replace_first(b, k, (("ization", "ize"), ("ation", "ate"), ("ator", "ate")))
+    if c == 115:  # s
+        return _replace_first(b, k, (("alism", "al"), ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous")))
+    if c == 116:  # t
+        return _replace_first(b, k, (("aliti", "al"), ("iviti", "ive"), ("biliti", "ble")))
+    if c == 103:  # g
+        return _replace_first(b, k, (("logi", "log"),))
     return k
 
 
 @njit(cache=True)
 def _step4(b, k):
-    """-ic-, -full, -ness etc."""
+    """-ic-, -full, -ness etc., by the last letter."""
     c = b[k]
-    done = False
     if c == _E:
-        done, k = _replace(b, k, "icate", "ic")
-        if not done:
-            done, k = _replace(b, k, "ative", "")
-        if not done:
-            done, k = _replace(b, k, "alize", "al")
-    elif c == _I:
-        done, k = _replace(b, k, "iciti", "ic")
-    elif c == 108:  # l
-        done, k = _replace(b, k, "ical", "ic")
-        if not done:
-            done, k = _replace(b, k, "ful", "")
-    elif c == 115:  # s
-        done, k = _replace(b, k, "ness", "")
+        return _replace_first(b, k, (("icate", "ic"), ("ative", ""), ("alize", "al")))
+    if c == _I:
+        return _replace_first(b, k, (("iciti", "ic"),))
+    if c == 108:  # l
+        return _replace_first(b, k, (("ical", "ic"), ("ful", "")))
+    if c == 115:  # s
+        return _replace_first(b, k, (("ness", ""),))
     return k
 
 
