@@ -250,7 +250,8 @@ class ReformulationEnv:
             host = qidx.numpy()
         if not self.compact:  # the accelerator code's block width: a power of two, few shapes for torch.compile
             self._offsets = torch.arange(self._block_width(host), device=self.device)
-        self._fill(self._q0_postings[host])
+        l0 = qs.terms.shape[1]
+        self._fill(None, self.terms[:, :l0], self.weights[:, :l0], self._q0_postings[host])
         self.topk = self._first_topk(self.qidx, self.exclude)
         assert self.judged is not None  # set when scored
         self.metric = self.judged.metric(self.qidx, self.topk, self.compact)
@@ -280,20 +281,11 @@ class ReformulationEnv:
             return
         with allowed_sync():  # host data, as in reset
             host_rows, host = rows.numpy(), qidx.numpy()
+        if not self.compact:  # the block must hold the new queries' candidate postings too
+            self._offsets = torch.arange(max(self._block_width(host), self._offsets.numel()), device=self.device)
         l0 = self.qs.terms.shape[1]
-        assert self.lanes is not None and self.judged is not None  # set when scored
-        if self.compact:
-            idx = self.index
-            kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
-                               host_rows, terms[:, :l0].numpy(), weights[:, :l0].numpy())
-        else:
-            width = self._block_width(host)
-            if width > self._offsets.numel():
-                self._offsets = torch.arange(width, device=self.device)
-            block = torch.zeros((len(host), self.index.num_docs), device=self.device)
-            self.index.add_by_slot(block.view(-1), terms[:, :l0], weights[:, :l0],
-                                   self._q0_postings[host].sum(0))
-            self.lanes.index_copy_(0, r, block)
+        self._fill(host_rows, terms[:, :l0], weights[:, :l0], self._q0_postings[host])
+        assert self.judged is not None  # set when scored
         topk = self._first_topk(q, self.exclude[r])
         self.topk.index_copy_(0, r, topk)
         self.metric.index_copy_(0, r, self.judged.metric(q, topk, self.compact))
@@ -351,17 +343,22 @@ class ReformulationEnv:
         else:
             self.lanes.index_fill_(0, rows, 0.0)
 
-    def _fill(self, q0_postings: np.ndarray) -> None:
-        """Score each episode's q0 into its lane (its ranking is the query's first one, kept)."""
-        l0 = self.qs.terms.shape[1]
-        assert self.terms is not None and self.lanes is not None  # set by reset
-        terms, weights = self.terms[:, :l0], self.weights[:, :l0]
+    def _fill(self, host_rows: np.ndarray | None, terms: torch.Tensor, weights: torch.Tensor,
+              q0_postings: np.ndarray) -> None:
+        """Score the episodes' q0 (``terms``, ``weights``: their first L0 slots) into their zeroed lanes: rows
+        ``host_rows``, or the whole batch when None (its ranking is the query's first one, kept)."""
+        assert self.lanes is not None  # set by reset
         if self.compact:
             idx = self.index
+            rows = np.arange(terms.shape[0]) if host_rows is None else host_rows
             kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
-                               np.arange(terms.shape[0]), terms.numpy(), weights.numpy())
-            return
-        self.index.add_by_slot(self.lanes.view(-1), terms, weights, q0_postings.sum(0))
+                               rows, terms.numpy(), weights.numpy())
+        elif host_rows is None:
+            self.index.add_by_slot(self.lanes.view(-1), terms, weights, q0_postings.sum(0))
+        else:  # some rows: scored into a block of their own, then copied into place
+            block = torch.zeros((terms.shape[0], self.index.num_docs), device=self.device)
+            self.index.add_by_slot(block.view(-1), terms, weights, q0_postings.sum(0))
+            self.lanes.index_copy_(0, torch.from_numpy(host_rows).to(self.device), block)
 
     @property
     def chosen(self) -> torch.Tensor:
