@@ -21,11 +21,9 @@ from gymnasium.vector import AutoresetMode
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
-from adaptive_ir.envs import ENV_ID, EnvSource, ReformulateVectorEnv
-from adaptive_ir.envs.evaluate import evaluate_policy
+from adaptive_ir.envs import ENV_ID, ReformulateVectorEnv
+from adaptive_ir.envs.evaluate import learner_report
 from adaptive_ir.envs.gym_env import to_numpy
-
-REPORTED = ("R@40", "nDCG@10")
 
 
 class SB3VecEnv(VecEnv):
@@ -105,10 +103,7 @@ def main() -> None:
         actions, _ = model.predict(numpy_obs, action_masks=numpy_obs["action_mask"].astype(bool), deterministic=True)
         return torch.as_tensor(actions)
 
-    measured = EnvSource.build(args.config, args.data_dir, args.split, "cpu", **keys)
-    result = evaluate_policy(measured, act)
-    print(json.dumps({"split": args.split, "env_steps": int(model.num_timesteps),
-                      **{name: {m: round(v[m], 4) for m in REPORTED} for name, v in result.items()}}))
+    print(json.dumps(learner_report(args.config, args.data_dir, args.split, act, model.num_timesteps, **keys)))
 
 
 if __name__ == "__main__":

@@ -20,8 +20,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from adaptive_ir.envs import EnvSource
-from adaptive_ir.envs.evaluate import evaluate_policy
+from adaptive_ir.envs.evaluate import learner_report
 from adaptive_ir.envs.torchrl_env import ReformulateTorchRLEnv
 
 OBS = ["query", "candidates", "features", "chosen", "step"]
@@ -111,10 +110,7 @@ def main() -> None:
         logits = scorer(*(obs[k] for k in OBS))
         return logits.masked_fill(~obs["action_mask"], float("-inf")).argmax(-1)
 
-    measured = EnvSource.build(args.config, args.data_dir, args.split, "cpu", **keys)
-    result = evaluate_policy(measured, act)
-    print(json.dumps({"split": args.split, "env_steps": steps,
-                      **{name: {m: round(v[m], 4) for m in ("R@40", "nDCG@10")} for name, v in result.items()}}))
+    print(json.dumps(learner_report(args.config, args.data_dir, args.split, act, steps, **keys)))
 
 
 if __name__ == "__main__":
