@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptive_ir.config import Config, build_config, config_from_dict, config_to_dict, load_config
+from adaptive_ir.config import Config, build_config, config_from_dict, config_to_dict, dotted_keys, load_config
 
 
 @dataclass
@@ -47,10 +47,6 @@ class TrainResult:
         return self.config.training.checkpoint_path_dir / "last.pt"
 
 
-def _overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    return {k.replace("__", "."): v for k, v in overrides.items()}
-
-
 def _config(config: str | Path | Config, overrides: dict[str, Any]) -> Config:
     return _with(config, overrides) if isinstance(config, Config) else load_config(str(config), overrides)
 
@@ -72,7 +68,7 @@ def train(config: str | Path | Config = "quickstart", *, test: bool = False, res
     from adaptive_ir.rl.policy import policy_name
     from adaptive_ir.training.run import names_folders, run_training
 
-    overrides = _overrides(overrides)
+    overrides = dotted_keys(overrides)
     if policy is not None:
         overrides["rl_agent.policy"] = policy_name(policy)
     trained = run_training(_config(config, overrides), resume=resume, checkpoint=checkpoint, overwrite=overwrite,
@@ -89,7 +85,7 @@ def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config |
     """{method: {metric: value}} on ``split``, as ``adaptive-ir evaluate`` computes it: the agent of
     ``checkpoint`` (checked to fit), with BM25 / RM3 (``baselines``) and the qrels ``oracle``. Without ``config``
     the checkpoint's own config is used (overrides such as ``data.data_dir`` apply to it)."""
-    overrides = _overrides(overrides)
+    overrides = dotted_keys(overrides)
     if config is None:
         if checkpoint is None:
             raise ValueError("evaluate needs a checkpoint, a config, or both")
@@ -104,7 +100,7 @@ def checkpoint_config(checkpoint: str | Path, overrides: dict[str, Any]) -> Conf
     config uses, in Python and on the command line."""
     from adaptive_ir.artifacts.checkpoint import load_checkpoint
 
-    return _with(config_from_dict(load_checkpoint(checkpoint)["config"]), _overrides(overrides))
+    return _with(config_from_dict(load_checkpoint(checkpoint)["config"]), dotted_keys(overrides))
 
 
 def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, split: str = "test",
@@ -116,7 +112,7 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
     the collection (cached under ``runs/pretrained/<collection>``)."""
     from adaptive_ir.artifacts.checkpoint import pretrained_config
 
-    cfg, path = pretrained_config(policy, data_dir, _overrides(overrides))
+    cfg, path = pretrained_config(policy, data_dir, dotted_keys(overrides))
     return evaluate_config(cfg, path, split, baselines, False, run_dir, progress, portable=True)[0]
 
 

@@ -6,7 +6,7 @@ project's configs (aliases, PPO duplicates, accepted but unused keys) to ours be
 """
 
 from adaptive_ir.common.errors import ConfigError
-from adaptive_ir.config.coerce import build_config, config_from_dict, load_config
+from adaptive_ir.config.coerce import build_config, config_from_dict, dotted_keys, load_config
 from adaptive_ir.config.schema import (
     CONFIG_DIR,
     SECTIONS,
@@ -36,5 +36,5 @@ from adaptive_ir.config.stages import (
 __all__ = ["ANSERINI_STAGE", "CONFIG_DIR", "DEFAULT_STAGE", "FIRST_STAGES", "SECTIONS", "STAGE_DESCRIPTIONS",
            "AgentConfig", "CandidateConfig", "Config", "ConfigError", "DataConfig", "EmbeddingsConfig", "RRFConfig",
            "RetrievalConfig", "SystemConfig", "TrainingConfig", "build_config", "config_from_dict", "config_to_dict",
-           "first_stage", "load_config", "on_first_stage", "resolve_device", "stage_named",
+           "dotted_keys", "first_stage", "load_config", "on_first_stage", "resolve_device", "stage_named",
            "stage_settings"]

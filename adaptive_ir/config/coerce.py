@@ -58,6 +58,12 @@ def load_config(path_or_name: str, overrides: Mapping[str, object] | None = None
     return _build(raw, Origins(str(path), _key_lines(root, path)), overrides, warn=True)
 
 
+def dotted_keys(overrides: Mapping[str, object]) -> dict[str, object]:
+    """Keyword overrides as dotted config keys: ``section.key`` as it is, or spelled ``section__key`` (a valid
+    Python keyword, as the Python API and the envs take them)."""
+    return {key.replace("__", "."): value for key, value in overrides.items()}
+
+
 def build_config(raw: dict, source: str, overrides: Mapping[str, object] | None = None, warn: bool = False) -> Config:
     """A Config from plain sections (a stored config, a checkpoint's), dotted ``overrides`` applied (as ``--set``),
     validated; errors name ``source``. ``warn``: report unused and duplicated keys (done once, at first load)."""

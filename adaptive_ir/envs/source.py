@@ -8,21 +8,14 @@ front ends (``gym.py``, ``torchrl.py``) only translate: rewards, candidates and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
-from adaptive_ir.config import Config, load_config
+from adaptive_ir.config import Config, dotted_keys, load_config
 from adaptive_ir.rl.env import QuerySet, ReformulationEnv
 from adaptive_ir.rl.factory import make_env
 from adaptive_ir.rl.workspace import Tables, Workspace
-
-
-def config_overrides(overrides: Mapping[str, object]) -> dict[str, object]:
-    """Keyword overrides as dotted config keys: ``rl_agent.max_steps_per_episode`` as it is, or spelled
-    ``rl_agent__max_steps_per_episode`` (a valid keyword)."""
-    return {key.replace("__", "."): value for key, value in overrides.items()}
 
 
 @dataclass
@@ -42,8 +35,8 @@ class EnvSource:
         """``config``: a shipped name, a YAML path or a ``Config``; ``data_dir``: the collection (the config's
         own when None; the quick start's embedded one needs none); ``split``: whose queries the episodes start
         from (train skips queries with no relevant document, as training does); ``device``: cpu, cuda or auto
-        (default: the config's ``system.device``); other keywords: config keys (``config_overrides``)."""
-        sets = config_overrides(overrides)
+        (default: the config's ``system.device``); other keywords: config keys (``config.dotted_keys``)."""
+        sets = dotted_keys(overrides)
         if data_dir is not None:
             sets["data.data_dir"] = data_dir
         if device is not None:
@@ -80,4 +73,4 @@ class EnvSource:
         return torch.where(legal, actions, self.env.stop)
 
 
-__all__ = ["EnvSource", "config_overrides"]
+__all__ = ["EnvSource"]

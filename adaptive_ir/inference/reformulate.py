@@ -9,7 +9,7 @@ import torch
 
 from adaptive_ir.artifacts.checkpoint import DATA_DIR_ADVICE, load_agent, load_checkpoint, pretrained_config
 from adaptive_ir.common.amp import AmpContext
-from adaptive_ir.config import Config, config_from_dict, resolve_device
+from adaptive_ir.config import Config, config_from_dict, dotted_keys, resolve_device
 from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.inference.records import merge_weights
 from adaptive_ir.rl.policy import Agent
@@ -42,7 +42,7 @@ class Reformulator:
         """A trained policy (a shipped policy's name, an exported folder or a checkpoint) over a collection it may
         never have seen: ``data_dir`` a BEIR folder (None: the embedded collection), indexed and embedded on first
         use with the policy's own settings and cached under ``runs/pretrained/<collection>``."""
-        cfg, path = pretrained_config(policy, data_dir, {k.replace("__", "."): v for k, v in overrides.items()})
+        cfg, path = pretrained_config(policy, data_dir, dotted_keys(overrides))
         cfg.system.device = device
         dev = torch.device(resolve_device(device))
         ws = Workspace(cfg, dev, progress=progress, splits=())
