@@ -26,8 +26,8 @@ import json
 import sys
 from pathlib import Path
 
+from adaptive_ir.common.measures import HEADLINE
 from adaptive_ir.interop import pyserini_ready, rm3_parity
-from adaptive_ir.interop.anserini import MEASURES
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -36,7 +36,7 @@ def table(rows: list[dict]) -> str:
     lines = ["| collection | Pyserini RM3 R@40 / nDCG@10 | rm3_anserini | our rm3 | same expanded query |",
              "|---|---|---|---|---|"]
     for r in rows:
-        cells = [" / ".join(f"{r[k][m]:.4f}" for m in MEASURES) for k in ("pyserini_rm3", "rm3_anserini", "rm3")]
+        cells = [" / ".join(f"{r[k][m]:.4f}" for m in HEADLINE) for k in ("pyserini_rm3", "rm3_anserini", "rm3")]
         lines.append(f"| {r['collection']} | " + " | ".join(cells) + f" | {r['same_expanded_query']} of "
                      f"{r['test_queries']} |")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ import ir_measures
 import torch
 
 from adaptive_ir.cli import config_overrides
+from adaptive_ir.common.measures import HEADLINE
 from adaptive_ir.config import FIRST_STAGES, first_stage, load_config
 from adaptive_ir.evaluation.methods import rule_runs
 from adaptive_ir.evaluation.metrics import drop_excluded, evaluate_run, mean_per_query, per_query
@@ -60,7 +61,7 @@ def main() -> None:
     ws = Workspace(cfg, torch.device("cpu"), progress=False, splits=(args.split,))
     qids, texts, qrels = ws.collection.split(args.split)
     excluded = ws.collection.excluded_docs(args.split)
-    tested = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
+    tested = [ir_measures.parse_measure(m) for m in HEADLINE]
     agent = None
     if args.against:  # per query, the mean over the seeds' runs
         agent = mean_per_query(qrels, args.against, tested, qids)

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import ir_measures
 
+from adaptive_ir.common.measures import HEADLINE
 from adaptive_ir.data import load_beir
 from adaptive_ir.evaluation.metrics import mean_per_query
 from adaptive_ir.evaluation.stats import paired
 
-MEASURES = [ir_measures.parse_measure(m) for m in ("R@40", "nDCG@10")]
+MEASURES = [ir_measures.parse_measure(m) for m in HEADLINE]
 
 
 def main() -> None:

@@ -178,12 +178,13 @@ def test_rows_observation_indexes_the_same_embeddings(keys):
 
 def test_a_policy_that_stops_at_once_reports_bm25(keys):
     # the report's agent row is the rewrites searched, so rewriting nothing is BM25 itself
-    from adaptive_ir.envs.evaluate import REPORTED, learner_report
+    from adaptive_ir.common.measures import HEADLINE
+    from adaptive_ir.envs.evaluate import learner_report
 
     def stop(obs):
         return torch.full((obs["action_mask"].shape[0],), obs["action_mask"].shape[1] - 1)
 
     report = learner_report("quickstart", None, "dev", stop, 123, **keys)
     assert report["split"] == "dev" and report["env_steps"] == 123
-    assert set(report["agent"]) == set(REPORTED) and report["agent"] == report["bm25"]
+    assert set(report["agent"]) == set(HEADLINE) and report["agent"] == report["bm25"]
     assert 0 < report["bm25"]["R@40"] < 1

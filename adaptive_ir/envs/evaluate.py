@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from adaptive_ir.common.measures import HEADLINE
 from adaptive_ir.envs.source import EnvSource
 from adaptive_ir.evaluation.metrics import bm25_run, drop_excluded, evaluate_run, to_run
 
@@ -37,17 +38,13 @@ def evaluate_policy(source: EnvSource, act: Act, batch_size: int = 256) -> dict[
             for name, run in (("agent", agent), ("bm25", bm25))}
 
 
-REPORTED = ("R@40", "nDCG@10")
-"""The metrics of ``learner_report``."""
-
-
 def learner_report(config: str, data_dir: str | None, split: str, act: Act, env_steps: int,
                    **overrides: object) -> dict:
     """What an outside learner's run ends by printing as one JSON line: ``{"split", "env_steps", "agent":
     {"R@40", "nDCG@10"}, "bm25": {...}}``, its greedy policy ``act`` measured on ``split`` (on the CPU)."""
     result = evaluate_policy(EnvSource.build(config, data_dir, split, "cpu", **overrides), act)
     return {"split": split, "env_steps": int(env_steps),
-            **{name: {m: round(values[m], 4) for m in REPORTED} for name, values in result.items()}}
+            **{name: {m: round(values[m], 4) for m in HEADLINE} for name, values in result.items()}}
 
 
-__all__ = ["REPORTED", "evaluate_policy", "learner_report"]
+__all__ = ["evaluate_policy", "learner_report"]

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from adaptive_ir.common.measures import HEADLINE
 from adaptive_ir.config import load_config
 from adaptive_ir.data import load_collection
 from adaptive_ir.evaluation.metrics import evaluate_run, rm3_run, to_run
@@ -30,7 +31,6 @@ from adaptive_ir.retrieval.rm3 import rm3_anserini_expansion
 
 MIN_JAVA = 21
 """Pyserini 1.x's Anserini needs Java 21."""
-MEASURES = ("R@40", "nDCG@10")
 
 
 def java_version(home: Path) -> int:
@@ -151,8 +151,8 @@ def rm3_parity(data_dir: Path, work: Path, hits: int = 1000, threads: int = 2) -
     out: dict = {"collection": name, "test_queries": len(qids), "expand_s": round(expand_s, 2)}
     for method, run in runs.items():
         e = evaluate_run(qrels, run, qids=qids)
-        out[method] = {m: round(e[m], 4) for m in MEASURES}
-    out["max_abs_diff"] = max(abs(out["rm3_anserini"][m] - out["pyserini_rm3"][m]) for m in MEASURES)
+        out[method] = {m: round(e[m], 4) for m in HEADLINE}
+    out["max_abs_diff"] = max(abs(out["rm3_anserini"][m] - out["pyserini_rm3"][m]) for m in HEADLINE)
     same = 0
     for q, text in enumerate(texts):
         theirs = {t: float(w) for t, w in (searcher.get_feedback_terms(text) or {}).items()
