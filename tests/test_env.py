@@ -518,3 +518,18 @@ def test_restarted_rows_run_new_episodes_exactly_while_the_others_go_on(world, c
         assert torch.equal(env.qidx, qidx)
         assert torch.equal(env.lanes[: len(qidx)], index.score(env.terms, env.weights))
     assert restarted >= 8
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_is_legal_reads_the_mask_of_legal(world, compact):
+    index, qs = world.retriever.index, world.qs
+    env = ReformulationEnv(qs, index, 4, K, expansion_weight=(0.5, 1.0), compact=compact)
+    env.reset(torch.arange(len(qs)))
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        legal = env.legal()
+        for a in range(env.stop + 1):
+            actions = torch.full((len(qs),), a)
+            assert torch.equal(env.is_legal(actions), legal[:, a])
+        assert not env.is_legal(torch.full((len(qs),), env.stop + 1)).any()
+        env.step(torch.multinomial(legal.float(), 1, generator=gen).squeeze(1))

@@ -69,8 +69,7 @@ class EnvSource:
 
     def legalize(self, actions: torch.Tensor) -> torch.Tensor:
         """``actions`` with every one the mask forbids replaced by STOP: an illegal action ends the episode."""
-        legal = self.env.legal().gather(1, actions[:, None]).squeeze(1)
-        return torch.where(legal, actions, self.env.stop)
+        return torch.where(self.env.is_legal(actions), actions, self.env.stop)
 
 
 __all__ = ["EnvSource"]

@@ -370,6 +370,12 @@ class ReformulationEnv:
         cand = per_action(self.qs.cand_valid[self.qidx] & ~self.chosen, self.L)
         return torch.cat([cand, torch.ones_like(cand[:, :1])], dim=1)
 
+    def is_legal(self, actions: torch.Tensor) -> torch.Tensor:
+        """(B,) whether each episode's action is among ``legal()``'s, read for that action alone."""
+        slot = torch.div(actions, self.L, rounding_mode="floor").clamp(0, self.M - 1)[:, None]
+        open_ = (self.qs.cand_valid[self.qidx].gather(1, slot) & ~self.chosen.gather(1, slot)).squeeze(1)
+        return (actions == self.stop) | ((actions >= 0) & (actions < self.stop) & open_)
+
     def _decode(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(expand, candidate slot (B, 1), term, weight) of (B,) actions: slot M (the padding term, weight 0) where
         the episode does not expand."""
