@@ -65,7 +65,8 @@ def pyserini_ready() -> str | None:
     try:
         import pyserini  # noqa: F401
     except ImportError as e:
-        return f"pyserini is not installed ({e}); see this script's docstring"
+        return (f"pyserini is not installed ({e}): pip install \".[lucene]\" && pip install --no-deps "
+                "pyserini==1.6.0 (or scripts/setup.sh test)")
     return None
 
 
