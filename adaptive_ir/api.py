@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adaptive_ir.config import Config, build_config, config_from_dict, config_to_dict, dotted_keys, load_config
 
+if TYPE_CHECKING:
+    from adaptive_ir.artifacts.checkpoint import SavedPolicy
 
 @dataclass
 class TrainResult:
@@ -85,22 +87,23 @@ def evaluate(checkpoint: str | Path | None = None, config: str | Path | Config |
     """{method: {metric: value}} on ``split``, as ``adaptive-ir evaluate`` computes it: the agent of
     ``checkpoint`` (checked to fit), with BM25 / RM3 (``baselines``) and the qrels ``oracle``. Without ``config``
     the checkpoint's own config is used (overrides such as ``data.data_dir`` apply to it)."""
+    from adaptive_ir.artifacts.checkpoint import SavedPolicy
+
     overrides = dotted_keys(overrides)
+    saved = None if checkpoint is None else SavedPolicy.read(checkpoint)
     if config is None:
-        if checkpoint is None:
+        if saved is None:
             raise ValueError("evaluate needs a checkpoint, a config, or both")
-        cfg = checkpoint_config(checkpoint, overrides)
+        cfg = checkpoint_config(saved, overrides)
     else:
         cfg = _config(config, overrides)
-    return evaluate_config(cfg, checkpoint, split, baselines, oracle, run_dir, progress)[0]
+    return evaluate_config(cfg, saved, split, baselines, oracle, run_dir, progress)[0]
 
 
-def checkpoint_config(checkpoint: str | Path, overrides: dict[str, Any]) -> Config:
+def checkpoint_config(saved: SavedPolicy, overrides: dict[str, Any]) -> Config:
     """The config a checkpoint was trained with, ``overrides`` (dotted keys) applied: what evaluating it without a
     config uses, in Python and on the command line."""
-    from adaptive_ir.artifacts.checkpoint import load_checkpoint
-
-    return _with(config_from_dict(load_checkpoint(checkpoint)["config"]), dotted_keys(overrides))
+    return _with(config_from_dict(saved.state["config"]), dotted_keys(overrides))
 
 
 def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, split: str = "test",
@@ -112,15 +115,15 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
     the collection (cached under ``runs/pretrained/<collection>``)."""
     from adaptive_ir.artifacts.checkpoint import pretrained_config
 
-    cfg, path = pretrained_config(policy, data_dir, dotted_keys(overrides))
-    return evaluate_config(cfg, path, split, baselines, False, run_dir, progress, portable=True)[0]
+    cfg, saved = pretrained_config(policy, data_dir, dotted_keys(overrides))
+    return evaluate_config(cfg, saved, split, baselines, False, run_dir, progress, portable=True)[0]
 
 
-def evaluate_config(cfg: Config, source: str | Path | None, split: str, baselines: bool, oracle: bool,
+def evaluate_config(cfg: Config, source: SavedPolicy | None, split: str, baselines: bool, oracle: bool,
                     run_dir: str | Path | None, progress: bool, portable: bool = False) -> tuple[dict, str, str | None]:
     """(results, collection name, where the agent's weights came from) of one evaluation; shared by the CLI.
     ``source``: a checkpoint checked to fit ``cfg``'s collection, or with ``portable`` a policy applied to another
-    collection (``pretrained_config``'s path, checked by its spec alone); None: no agent (``load_agent``)."""
+    collection (``pretrained_config``'s, checked by its spec alone); None: no agent (``load_agent``)."""
     import torch
 
     from adaptive_ir.artifacts.checkpoint import load_agent
@@ -147,19 +150,18 @@ def export(checkpoint: str | Path, folder: str | Path, data_dir: str | None = No
     folder, or a shipped policy's name): it is written again, byte-identical weights and the same origin, with
     ``apply`` in place of its own. ``apply``: settings (``SECTION.KEY`` → value, as ``--set``) the policy is applied
     with on a collection, over its training config; checked to be valid settings that leave its spec alone."""
-    from adaptive_ir.artifacts.checkpoint import read_state, resolve_policy
+    from adaptive_ir.artifacts.checkpoint import SavedPolicy, resolve_policy
     from adaptive_ir.artifacts.export import export_policy
-    from adaptive_ir.artifacts.spec import data_identity, policy_spec
+    from adaptive_ir.artifacts.spec import spec_over_collection
     from adaptive_ir.common.errors import ConfigError
-    from adaptive_ir.inference.reformulate import Reformulator
 
     # an exported policy (or a shipped one's name) keeps its weights and record; only its apply settings change
-    state = read_state(resolve_policy(checkpoint))[0]
+    saved = SavedPolicy.read(resolve_policy(checkpoint))
+    state = saved.state
     if state.get("spec") and state.get("data"):
         spec, data = state["spec"], state["data"]
-    else:  # rebuilt over its collection (loading its agent checks that the weights fit)
-        ref = Reformulator.load(checkpoint, "cpu", data_dir)
-        spec, data = policy_spec(ref.cfg, ref.ws), data_identity(ref.ws)
+    else:  # worked out from its config over its collection (its index and embedder; nothing mined or embedded)
+        spec, data = spec_over_collection(checkpoint_config(saved, {"data.data_dir": data_dir} if data_dir else {}))
     apply = dict(apply or {})
     fixed = sorted(k for k in apply if k in spec)
     if fixed:

@@ -236,19 +236,20 @@ def cmd_train(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from adaptive_ir.api import checkpoint_config, evaluate_config
-    from adaptive_ir.artifacts.checkpoint import pretrained_config
+    from adaptive_ir.artifacts.checkpoint import SavedPolicy, pretrained_config
     from adaptive_ir.common.errors import ConfigError
     from adaptive_ir.config import load_config
 
-    source, portable = args.checkpoint, args.policy is not None
+    source = None if args.checkpoint is None else SavedPolicy.read(args.checkpoint)
+    portable = args.policy is not None
     if portable:
         if args.checkpoint is not None or args.config is not None:
             raise ConfigError(f"--policy {args.policy}: goes alone (its own config says how to index, mine and embed "
                               "the collection); drop --checkpoint / --config, and use --set to change a setting")
         overrides = config_overrides(args)
         cfg, source = pretrained_config(args.policy, overrides.pop("data.data_dir", None), overrides)
-    elif args.config is None and args.checkpoint is not None:
-        cfg = checkpoint_config(args.checkpoint, config_overrides(args))  # the config it was trained with
+    elif args.config is None and source is not None:
+        cfg = checkpoint_config(source, config_overrides(args))  # the config it was trained with
     else:
         cfg = load_config(args.config or "quickstart", config_overrides(args))
     results, name, origin = evaluate_config(cfg, source, args.split, args.baselines, args.oracle, args.run_dir,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from adaptive_ir.artifacts.checkpoint import init_policy_path, load_agent, load_checkpoint, read_state
+from adaptive_ir.artifacts.checkpoint import SavedPolicy, init_policy_path, load_agent, load_checkpoint
 from adaptive_ir.common.errors import CheckpointError, ConfigError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
 from adaptive_ir.config import FIRST_STAGES, Config, config_from_dict, config_to_dict, resolve_device
@@ -118,9 +118,9 @@ def _same_settings(cfg: Config, stored: dict, where: Path) -> None:
 
 def _same_source(cfg: Config, stored_sha256: str | None, where: Path) -> None:
     """A seed that started from training.init_from is reused only while that file is the one it started from
-    (the digest a run records is ``read_state``'s; a source that is missing now is not compared)."""
+    (the digest a run records is ``SavedPolicy.read``'s; a source that is missing now is not compared)."""
     path = init_policy_path(cfg) if cfg.training.init_from else None
-    if path is not None and path.exists() and read_state(path)[1] != stored_sha256:
+    if path is not None and path.exists() and SavedPolicy.read(path).sha256 != stored_sha256:
         raise ConfigError(f"{where} was trained from another policy than {path} holds now (its "
                           "source run was trained again?); delete that seed's folder to train it from this one, or "
                           "pass another --output-dir")

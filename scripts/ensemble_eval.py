@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from adaptive_ir.artifacts.checkpoint import load_agent, pretrained_config, read_state, resolve_policy
+from adaptive_ir.artifacts.checkpoint import SavedPolicy, load_agent, pretrained_config, resolve_policy
 from adaptive_ir.artifacts.spec import check_fits, policy_spec
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.evaluation.methods import evaluate_split
@@ -66,23 +66,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 def evaluate_ensemble(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(1)
     device = torch.device("cpu")
-    cfg, path = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
+    cfg, saved = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
     ws = Workspace(cfg, device, progress=False, splits=(args.split,))
-    agent, amp, _ = load_agent(path, cfg, ws, device, portable=True)
+    agent, amp, _ = load_agent(saved, cfg, ws, device, portable=True)
     cores = [agent.core]
     for member in args.member:
-        saved, _ = read_state(resolve_policy(member, must_exist=True))
-        check_fits(f"--member {member}", saved, policy_spec(cfg, ws), None,
+        member_state = SavedPolicy.read(resolve_policy(member, must_exist=True)).state
+        check_fits(f"--member {member}", member_state, policy_spec(cfg, ws), None,
                    "every member must have the first policy's inputs and network sizes")
         core = copy.deepcopy(agent.core)
-        core.load_state_dict(saved["model"])
+        core.load_state_dict(member_state["model"])
         cores.append(core.eval())
     ensemble = MeanProbabilities(cores).eval()
     agent.core = ensemble
     object.__setattr__(agent, "_local", ensemble)  # the rollout's forward (see Agent.compile_local)
     results = evaluate_split(cfg, ws, agent, amp, args.split, baselines=False,
                              run_dir=Path(args.run_dir) if args.run_dir else None)
-    print(json.dumps({"members": [str(path), *args.member], "split": args.split, **results["agent"]}))
+    print(json.dumps({"members": [str(saved.path), *args.member], "split": args.split, **results["agent"]}))
     return results["agent"]
 
 

@@ -40,9 +40,9 @@ def main() -> None:
     torch.set_num_threads(1)
     device = torch.device("cpu")
     if args.policy:
-        cfg, path = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
+        cfg, saved = pretrained_config(args.policy, args.data_dir, dict(a.split("=", 1) for a in args.set))
         ws = Workspace(cfg, device, progress=False, splits=(args.split,))
-        agent = load_agent(path, cfg, ws, device, portable=True)[0]
+        agent = load_agent(saved, cfg, ws, device, portable=True)[0]
     else:
         ref = Reformulator.load(args.checkpoint, "cpu", args.data_dir)
         cfg, ws, agent = ref.cfg, ref.ws, ref.agent

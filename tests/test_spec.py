@@ -14,7 +14,7 @@ from helpers import tiny_config
 from test_cli_errors import assert_clean_error, run_cli
 from test_reliability import write_beir_from_default
 
-from adaptive_ir.artifacts.checkpoint import init_policy_path, load_checkpoint, read_state
+from adaptive_ir.artifacts.checkpoint import SavedPolicy, init_policy_path, load_checkpoint
 from adaptive_ir.artifacts.export import SHIPPED_DIR, read_export, shipped_policies
 from adaptive_ir.artifacts.spec import CONFIG_KEYS, check_fits, saved_spec
 from adaptive_ir.cli import main
@@ -153,6 +153,22 @@ def test_export_round_trip_and_init_from_an_export(trained, tmp_path, capsys):
         read_export(folder)
 
 
+def test_a_checkpoint_without_a_spec_exports_the_spec_it_was_trained_with_without_mining(trained, tmp_path,
+                                                                                       monkeypatch):
+    from adaptive_ir.artifacts.checkpoint import save_checkpoint
+    from adaptive_ir.rl import workspace
+
+    _, ckpt = trained
+    state = load_checkpoint(ckpt)
+    old = tmp_path / "old.pt"  # as written before specs and data identities were recorded
+    save_checkpoint(old, {k: v for k, v in state.items() if k not in ("spec", "data")})
+    # no workspace is built: its candidates, embeddings and query tables are not what a spec depends on
+    monkeypatch.setattr(workspace.Workspace, "__init__", lambda *a, **k: pytest.fail("a workspace was built"))
+    assert main(["export", "--checkpoint", str(old), "--output-dir", str(tmp_path / "policy")]) == 0
+    exported, _ = read_export(tmp_path / "policy")
+    assert exported["spec"] == state["spec"] and exported["data"] == state["data"]
+
+
 def test_an_export_carries_the_settings_it_is_applied_with(trained, tmp_path, capsys):
     from adaptive_ir.artifacts.checkpoint import pretrained_config
 
@@ -216,9 +232,9 @@ def test_a_card_names_the_command_of_the_run_while_its_folder_still_holds_that_r
 
 
 def test_the_general_policies_share_one_spec_and_say_what_they_were_trained_on():
-    general, digest = read_state(SHIPPED_DIR / "general")  # checksums verified
-    tuned, _ = read_state(SHIPPED_DIR / "general-nfcorpus")
-    joint, _ = read_state(SHIPPED_DIR / "general-joint")
+    general, digest = _read(SHIPPED_DIR / "general")  # checksums verified
+    tuned, _ = _read(SHIPPED_DIR / "general-nfcorpus")
+    joint, _ = _read(SHIPPED_DIR / "general-joint")
     assert tuned["spec"] == general["spec"] == joint["spec"]
     assert tuned["config"]["training"]["init_from"] == "general" and tuned["origin"]["init_from_sha256"] == digest
     assert tuned["data"] != general["data"]  # WikiCAR, then NFCorpus
@@ -230,6 +246,11 @@ def test_the_general_policies_share_one_spec_and_say_what_they_were_trained_on()
     assert joint["also_data"][0]["corpus_sha256"] == tuned["data"]["corpus_sha256"]
     card = (SHIPPED_DIR / "general-joint" / "README.md").read_text()
     assert "on `wikicar` and `nfcorpus`" in card and "- **First stage**: `anserini`" in card
+
+
+def _read(path: Path) -> tuple[dict, str]:
+    saved = SavedPolicy.read(path)  # checksums verified
+    return saved.state, saved.sha256
 
 
 def first_stage_of(policy: dict) -> str | None:
@@ -249,7 +270,7 @@ def test_the_small_collections_start_from_shipped_policies_that_fit_them(index):
             cfg.system.seed = seed
             path = init_policy_path(cfg)
             assert path == SHIPPED_DIR / f"nfcorpus{index}-seed-{seed}"
-            policy, digest = read_state(path)  # checksum verified
+            policy, digest = _read(path)  # checksum verified
             spec = saved_spec(policy)
             assert all(spec[k] == v for k, v in _config_keys(cfg).items())
             assert spec["features"] == [*cfg.candidate_mining.methods, "mean_score", "log_df", "fb_doc_fraction",
@@ -284,7 +305,7 @@ def test_a_local_path_wins_over_a_shipped_name_and_a_missing_one_fails_before_an
 def test_a_policy_saved_before_the_policy_key_is_the_actor_critic():
     # the shipped policies were saved before rl_agent.policy was part of the spec: they are ActorCritic's weights,
     # and a setup naming another network is told so
-    state, _ = read_state(SHIPPED_DIR / "nfcorpus-seed-1")
+    state, _ = _read(SHIPPED_DIR / "nfcorpus-seed-1")
     assert "rl_agent.policy" not in state["spec"] and saved_spec(state)["rl_agent.policy"] == "actor-critic"
     spec = {**saved_spec(state), "rl_agent.policy": "mine:Net"}
     with pytest.raises(CheckpointError, match="rl_agent.policy: checkpoint 'actor-critic' vs this setup 'mine:Net'"):

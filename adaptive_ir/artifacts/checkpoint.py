@@ -7,8 +7,9 @@ holding its sha256. Files written before run identities or specs were recorded h
 still load (checked by the config keys they store).
 
 * writing: ``save_checkpoint``;
-* reading: ``read_state`` (a checkpoint or an exported folder, with its sha256), ``load_checkpoint`` (a checkpoint
-  file's state), ``resolve_policy`` (a path, or a shipped policy's name), ``describe_origin`` (where it came from);
+* reading: ``SavedPolicy.read`` (a checkpoint or an exported folder with its sha256, read and checked once, then
+  passed along), ``load_checkpoint`` (a checkpoint file's state), ``resolve_policy`` (a path, or a shipped policy's
+  name), ``describe_origin`` (where it came from);
 * loading: ``load_compatible`` (a checkpoint checked to fit a config and collection: resume, test) and
   ``load_agent`` (the agent of a checkpoint or, ``portable``, of a policy applied elsewhere: evaluate, reformulate,
   compare, the scripts), with ``pretrained_config`` (the config a policy is applied to a collection with);
@@ -22,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -75,15 +77,29 @@ INIT_ADVICE = "set those keys as the source policy had them, or start from a fre
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def read_state(path: str | Path) -> tuple[dict, str]:
-    """A checkpoint (``.pt``) or an exported policy folder as a state dict (``model``, ``config``, ``spec``, ...),
-    and the sha256 of the file its weights were read from (checked against the one recorded beside it)."""
-    path = Path(path)
-    return read_export(path) if path.is_dir() else _read_checkpoint(path)
+@dataclass(frozen=True)
+class SavedPolicy:
+    """A checkpoint (``.pt``) or an exported policy folder, read and checked once: what loading, evaluating and
+    exporting pass along instead of a path, so that no step reads and hashes the file again."""
+
+    path: Path
+    state: dict
+    """``model``, ``config``, ``spec``, ``data``, ... (an export's ``policy.json`` with its weights as ``model``)."""
+    sha256: str
+    """Of the file the weights were read from, checked against the one recorded beside it."""
+
+    @classmethod
+    def read(cls, source: str | Path | SavedPolicy) -> SavedPolicy:
+        """``source`` read (a SavedPolicy is returned as it is)."""
+        if isinstance(source, SavedPolicy):
+            return source
+        path = Path(source)
+        state, digest = read_export(path) if path.is_dir() else _read_checkpoint(path)
+        return cls(path, state, digest)
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """A checkpoint file's state (``read_state`` without the digest, and no exported folder)."""
+    """A checkpoint file's state (what resuming reads; ``SavedPolicy.read`` takes exported folders too)."""
     return _read_checkpoint(Path(path))[0]
 
 
@@ -137,16 +153,17 @@ def describe_origin(path: str | Path, state: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- loading an agent
-def load_compatible(path: str | Path, cfg: Config, ws: Workspace, advice: str = RESUME_ADVICE) -> dict:
+def load_compatible(source: str | Path | SavedPolicy, cfg: Config, ws: Workspace,
+                    advice: str = RESUME_ADVICE) -> dict:
     """A checkpoint whose policy spec and data identity fit ``cfg`` over ``ws`` (resume, evaluate, test), else
     CheckpointError naming every key that differs (``spec.check_fits``) and ending with ``advice``."""
-    s = load_checkpoint(path)
-    check_fits(str(path), s, policy_spec(cfg, ws), data_identity(ws), advice)
-    return s
+    saved = SavedPolicy.read(source)
+    check_fits(str(saved.path), saved.state, policy_spec(cfg, ws), data_identity(ws), advice)
+    return saved.state
 
 
-def load_agent(source: str | Path, cfg: Config, ws: Workspace, device: torch.device, *, portable: bool = False,
-               advice: str | None = None) -> tuple[Agent, AmpContext, str]:
+def load_agent(source: str | Path | SavedPolicy, cfg: Config, ws: Workspace, device: torch.device, *,
+               portable: bool = False, advice: str | None = None) -> tuple[Agent, AmpContext, str]:
     """(agent, its AMP context, where its weights came from as one line) of ``source``, in eval mode: what
     evaluate, reformulate, compare and the scripts run.
 
@@ -154,15 +171,15 @@ def load_agent(source: str | Path, cfg: Config, ws: Workspace, device: torch.dev
     (``load_compatible``; ``advice`` defaults to RESUME_ADVICE). ``portable``: a policy applied to a collection it
     may never have seen (``pretrained_config``), a checkpoint or an exported folder, checked by its spec alone
     (``advice`` defaults to POLICY_ADVICE)."""
+    saved = SavedPolicy.read(source)
     if portable:
-        state, _ = read_state(source)
-        check_fits(f"policy {source}", state, policy_spec(cfg, ws), None, advice or POLICY_ADVICE)
+        check_fits(f"policy {saved.path}", saved.state, policy_spec(cfg, ws), None, advice or POLICY_ADVICE)
     else:
-        state = load_compatible(source, cfg, ws, advice or RESUME_ADVICE)
+        load_compatible(saved, cfg, ws, advice or RESUME_ADVICE)
     agent = build_agent(cfg, ws, device)
-    agent.core.load_state_dict(state["model"])
+    agent.core.load_state_dict(saved.state["model"])
     agent.eval()
-    return agent, AmpContext.of(device, cfg.training), describe_origin(source, state)
+    return agent, AmpContext.of(device, cfg.training), describe_origin(saved.path, saved.state)
 
 
 PRETRAINED_SPLIT_SEED = 42
@@ -172,23 +189,22 @@ config would otherwise choose; 42 is the shipped configs' seed, so the carve is 
 
 
 def pretrained_config(policy: str | Path, data_dir: str | None = None,
-                      overrides: Mapping[str, object] | None = None) -> tuple[Config, Path]:
-    """(config, path) to apply a trained policy (a shipped policy's name, an exported folder or a checkpoint) to a
+                      overrides: Mapping[str, object] | None = None) -> tuple[Config, SavedPolicy]:
+    """(config, the policy read) to apply a trained policy (a shipped policy's name, an exported folder or a checkpoint) to a
     collection it may never have seen: the policy's own config (index, miner, embedder, network: what its weights
     mean), its data section replaced by ``data_dir`` (a BEIR folder; None: the embedded default collection; dev
     carved with PRETRAINED_SPLIT_SEED), caches under ``runs/pretrained/<collection>``, then the settings the policy
     is applied with (an export's ``apply``), then ``overrides`` (``--set``). The collection is indexed, mined and
-    embedded on first use, and cached. ``load_agent(path, ..., portable=True)`` loads the policy."""
-    path = resolve_policy(policy, must_exist=True)
-    state, _ = read_state(path)
-    raw = json.loads(json.dumps(state["config"]))  # a copy
+    embedded on first use, and cached. ``load_agent(saved, ..., portable=True)`` loads the policy."""
+    saved = SavedPolicy.read(resolve_policy(policy, must_exist=True))
+    raw = json.loads(json.dumps(saved.state["config"]))  # a copy
     raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir,
                    "split_seed": PRETRAINED_SPLIT_SEED}
     raw["training"].update(output_dir=f"runs/pretrained/{Path(data_dir).name if data_dir else 'default'}",
                            init_from=None, log_dir=None, checkpoint_dir=None)
     raw["embeddings"]["cache_dir"] = None
-    cfg = build_config(raw, f"policy {path}", {**state.get("apply", {}), **(overrides or {})})
-    return cfg, path
+    cfg = build_config(raw, f"policy {saved.path}", {**saved.state.get("apply", {}), **(overrides or {})})
+    return cfg, saved
 
 
 # ---------------------------------------------------------------------------------------------- training.init_from
@@ -215,12 +231,11 @@ def load_policy_from(cfg: Config, ws: Workspace) -> tuple[dict, str]:
     """The policy of ``training.init_from`` and the sha256 of the bytes it was read from, checked to fit ``cfg``'s
     policy over ``ws`` (the collection may differ: the embeddings, the candidate features and the network sizes may
     not)."""
-    path = require_init_policy(cfg)
-    s, digest = read_state(path)
-    check_fits(f"training.init_from: {path}", s, policy_spec(cfg, ws), None, INIT_ADVICE)
-    return s, digest
+    saved = SavedPolicy.read(require_init_policy(cfg))
+    check_fits(f"training.init_from: {saved.path}", saved.state, policy_spec(cfg, ws), None, INIT_ADVICE)
+    return saved.state, saved.sha256
 
 
-__all__ = ["CHECKPOINT_FORMAT", "DATA_DIR_ADVICE", "PRETRAINED_SPLIT_SEED", "describe_origin", "init_policy_path",
-           "load_agent", "load_checkpoint", "load_compatible", "load_policy_from", "pretrained_config", "read_state",
-           "require_init_policy", "resolve_policy", "save_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "DATA_DIR_ADVICE", "PRETRAINED_SPLIT_SEED", "SavedPolicy", "describe_origin",
+           "init_policy_path", "load_agent", "load_checkpoint", "load_compatible", "load_policy_from",
+           "pretrained_config", "require_init_policy", "resolve_policy", "save_checkpoint"]

@@ -19,10 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from adaptive_ir.common.errors import CheckpointError
+from adaptive_ir.mining.candidates import feature_names
 from adaptive_ir.rl.policy import agent_feature_names
 
 if TYPE_CHECKING:
     from adaptive_ir.config import Config
+    from adaptive_ir.retrieval.retriever import Retriever
     from adaptive_ir.rl.workspace import Workspace
 
 SPEC_FORMAT = "adaptive-ir-policy/1"
@@ -40,17 +42,38 @@ def _config_part(config: dict) -> dict[str, Any]:
 
 def policy_spec(cfg: Config, ws: Workspace) -> dict[str, Any]:
     """The spec of a policy built for ``cfg`` over ``ws`` (see the module docstring)."""
+    return _spec(cfg, ws.embedder)
+
+
+def _spec(cfg: Config, embedder: Any) -> dict[str, Any]:
     from adaptive_ir.config import config_to_dict
 
-    return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": ws.embedder.identity,
-            "embedding_dim": ws.embedder.dim, "features": list(ws.miner.feature_names),
-            "agent_features": agent_feature_names(ws.miner.feature_names), "levels": list(cfg.retrieval.levels)}
+    cm = cfg.candidate_mining
+    names = feature_names(cm.methods, cm.stem_variants, cfg.retrieval.levels if cm.effect_preview else None)
+    return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": embedder.identity,
+            "embedding_dim": embedder.dim, "features": names, "agent_features": agent_feature_names(names),
+            "levels": list(cfg.retrieval.levels)}
 
 
-def data_identity(ws: Workspace) -> dict[str, str]:
-    """The identity of the collection ``ws`` indexes: corpus sha256 and analyzer, from the index's own meta."""
-    meta = ws.retriever.index.meta
+def data_identity(ws: Workspace | Retriever) -> dict[str, str]:
+    """The identity of the collection ``ws`` (or a retriever) indexes: corpus sha256 and analyzer, from the
+    index's own meta."""
+    meta = getattr(ws, "retriever", ws).index.meta
     return {key: meta[key] for key in DATA_KEYS}
+
+
+def spec_over_collection(cfg: Config) -> tuple[dict[str, Any], dict[str, str]]:
+    """(spec, data identity) of a policy trained with ``cfg`` on ``cfg``'s collection, without a workspace: the
+    index (cached, built first if absent) and the embedder (its model, or the cached LSA fit); no candidates are
+    mined and nothing is embedded. What exporting a checkpoint written before specs were recorded needs."""
+    import torch
+
+    from adaptive_ir.data import load_collection
+    from adaptive_ir.rl.workspace import configured_embedder, configured_retriever
+
+    cpu = torch.device("cpu")
+    retriever = configured_retriever(cfg, load_collection(cfg.data, cfg.split_seed, ()), cpu)
+    return _spec(cfg, configured_embedder(cfg, retriever, cpu)), data_identity(retriever)
 
 
 SPEC_DEFAULTS = {"rl_agent.policy": "actor-critic"}
@@ -102,4 +125,4 @@ def check_fits(source: str, saved: dict, spec: dict, data: dict | None = None, a
                               + (f"; {advice}" if advice else ""))
 
 
-__all__ = ["SPEC_FORMAT", "policy_spec", "data_identity", "saved_spec", "check_fits"]
+__all__ = ["SPEC_FORMAT", "policy_spec", "data_identity", "saved_spec", "check_fits", "spec_over_collection"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from adaptive_ir.artifacts.checkpoint import DATA_DIR_ADVICE, load_agent, load_checkpoint, pretrained_config
+from adaptive_ir.artifacts.checkpoint import DATA_DIR_ADVICE, SavedPolicy, load_agent, pretrained_config
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.config import Config, config_from_dict, dotted_keys, resolve_device
 from adaptive_ir.evaluation.agent import agent_run
@@ -25,16 +25,18 @@ class Reformulator:
         """Which run (and update) the agent's checkpoint came from, as one line; None when built in memory."""
 
     @classmethod
-    def load(cls, checkpoint: str | Path, device: str = "auto", data_dir: str | None = None) -> Reformulator:
+    def load(cls, checkpoint: str | Path | SavedPolicy, device: str = "auto",
+             data_dir: str | None = None) -> Reformulator:
         """A checkpoint with the config it was trained with, over the collection it was trained on (``data_dir``:
         where that collection is now, if it moved)."""
-        cfg = config_from_dict(load_checkpoint(checkpoint)["config"])
+        saved = SavedPolicy.read(checkpoint)
+        cfg = config_from_dict(saved.state["config"])
         cfg.system.device = device
         if data_dir:
             cfg.data.data_dir = data_dir
         dev = torch.device(resolve_device(device))
         ws = Workspace(cfg, dev, progress=False)
-        return cls(cfg, ws, *load_agent(checkpoint, cfg, ws, dev, advice=DATA_DIR_ADVICE))
+        return cls(cfg, ws, *load_agent(saved, cfg, ws, dev, advice=DATA_DIR_ADVICE))
 
     @classmethod
     def from_pretrained(cls, policy: str | Path, data_dir: str | None = None, device: str = "auto",
@@ -42,11 +44,11 @@ class Reformulator:
         """A trained policy (a shipped policy's name, an exported folder or a checkpoint) over a collection it may
         never have seen: ``data_dir`` a BEIR folder (None: the embedded collection), indexed and embedded on first
         use with the policy's own settings and cached under ``runs/pretrained/<collection>``."""
-        cfg, path = pretrained_config(policy, data_dir, dotted_keys(overrides))
+        cfg, saved = pretrained_config(policy, data_dir, dotted_keys(overrides))
         cfg.system.device = device
         dev = torch.device(resolve_device(device))
         ws = Workspace(cfg, dev, progress=progress, splits=())
-        return cls(cfg, ws, *load_agent(path, cfg, ws, dev, portable=True))
+        return cls(cfg, ws, *load_agent(saved, cfg, ws, dev, portable=True))
 
     def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
         """For each query text: the rewritten query, the terms the start added (``start_terms``: RM3's with

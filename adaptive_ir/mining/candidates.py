@@ -65,6 +65,15 @@ QUERY_FEATURES = ["cooc_mean", "cooc_min", "cooc_cover", "fb_rank_weighted", "fb
 """The query-specific features, after the miner's scores (see the module docstring)."""
 
 
+def feature_names(methods: tuple[str, ...] | list[str], stem_variants: bool,
+                  preview_levels: tuple[float, ...] | list[float] | None = None) -> list[str]:
+    """The names of a miner's candidate features, in order: what a policy's spec records, known from the config
+    alone (no index, no mining)."""
+    preview = [f"preview_{kind}_w{w:g}" for w in preview_levels or () for kind in ("enter", "enter10", "match")]
+    return [*methods, "mean_score", "log_df", "fb_doc_fraction", *(["stem_variant"] if stem_variants else []),
+            *QUERY_FEATURES, *preview]
+
+
 @dataclass
 class CandidateSet:
     """Candidates of Q queries, padded to M columns."""
@@ -113,18 +122,13 @@ class CandidateMiner:
         self.idf = lucene_idf(df, corpus.num_docs, exact=False).astype(np.float32)
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
         self.df = df
-        self.feature_names = [*self.methods, "mean_score", "log_df", "fb_doc_fraction"]
+        self.feature_names = feature_names(self.methods, stem_variants, preview_levels)
         self.stems = StemGroups.build(corpus.vocab.terms) if stem_variants else None
-        if stem_variants:
-            self.feature_names.append("stem_variant")
-        self.feature_names += QUERY_FEATURES
         self.preview_levels, self.preview_k, self.preview_by_score = preview_levels, preview_k, preview_by_score
         """The weights the effect preview adds each candidate at (None: no preview), the depth of the ranking it
         looks at, and whether a candidate's weight is also scaled by its mean score
         (``retrieval.expansion_weighting: score``)."""
         self._host_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        for w in preview_levels or ():
-            self.feature_names += [f"preview_enter_w{w:g}", f"preview_enter10_w{w:g}", f"preview_match_w{w:g}"]
         self.search_seconds = 0.0
         """Time spent in feedback searches by all ``mine`` calls (summed over the worker threads): the part of
         mining that grows with the corpus (the rest follows the feedback documents)."""

@@ -66,6 +66,23 @@ def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int,
     return ([flat_t[a:b] for a, b in zip(bounds, bounds[1:])], [flat_w[a:b] for a, b in zip(bounds, bounds[1:])])
 
 
+def configured_retriever(cfg: Config, collection: Collection, device: torch.device,
+                         progress: bool = False) -> Retriever:
+    """The collection's index with ``cfg.retrieval``'s analyzer and BM25 settings, cached under the config's cache."""
+    rc = cfg.retrieval
+    return Retriever.cached(collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf, device=device,
+                            progress=progress, analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer),
+                            scoring=rc.bm25_scoring)
+
+
+def configured_embedder(cfg: Config, retriever: Retriever, device: torch.device):
+    """``cfg.embeddings``' provider over ``retriever``'s corpus (an LSA fit is cached; nothing is encoded yet)."""
+    ec = cfg.embeddings
+    return make_embedder(ec.type, ec.path, retriever.corpus, retriever.analyzer, ec.embedding_dim, cfg.system.seed,
+                         ec.batch_size, "cuda" if device.type == "cuda" else "cpu", cache_dir=cfg.cache_path_dir,
+                         corpus_key=retriever.corpus_sha256)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -96,10 +113,7 @@ class Workspace:
         with self.phases("load collection"):
             self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
         with self.phases("index"):
-            self.retriever = Retriever.cached(self.collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf,
-                                              device=device, progress=progress,
-                                              analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer),
-                                              scoring=rc.bm25_scoring)
+            self.retriever = configured_retriever(cfg, self.collection, device, progress)
         if embed:
             self._load_embedder()
         self.feedback = self._semantic_feedback() if cm.feedback == "semantic" else None
@@ -113,12 +127,8 @@ class Workspace:
                                     preview_by_score=rc.expansion_weighting == "score")
 
     def _load_embedder(self) -> None:
-        ec = self.cfg.embeddings
         with self.phases("embedding model"):
-            self.embedder = make_embedder(ec.type, ec.path, self.retriever.corpus, self.retriever.analyzer,
-                                          ec.embedding_dim, self.cfg.system.seed, ec.batch_size,
-                                          "cuda" if self.device.type == "cuda" else "cpu",
-                                          cache_dir=self.cfg.cache_path_dir, corpus_key=self.retriever.corpus_sha256)
+            self.embedder = configured_embedder(self.cfg, self.retriever, self.device)
             self.emb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.embedder.cache_key)
 
     @contextmanager
