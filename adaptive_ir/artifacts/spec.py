@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.mining.candidates import feature_names
+from adaptive_ir.retrieval.retriever import Retriever
 from adaptive_ir.rl.policy import agent_feature_names
 
 if TYPE_CHECKING:
     from adaptive_ir.config import Config
-    from adaptive_ir.retrieval.retriever import Retriever
     from adaptive_ir.rl.workspace import Workspace
 
 SPEC_FORMAT = "adaptive-ir-policy/1"
@@ -58,7 +58,8 @@ def _spec(cfg: Config, embedder: Any) -> dict[str, Any]:
 def data_identity(ws: Workspace | Retriever) -> dict[str, str]:
     """The identity of the collection ``ws`` (or a retriever) indexes: corpus sha256 and analyzer, from the
     index's own meta."""
-    meta = getattr(ws, "retriever", ws).index.meta
+    retriever = ws if isinstance(ws, Retriever) else ws.retriever
+    meta = retriever.index.meta
     return {key: meta[key] for key in DATA_KEYS}
 
 

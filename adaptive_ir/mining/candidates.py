@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +66,8 @@ QUERY_FEATURES = ["cooc_mean", "cooc_min", "cooc_cover", "fb_rank_weighted", "fb
 """The query-specific features, after the miner's scores (see the module docstring)."""
 
 
-def feature_names(methods: tuple[str, ...] | list[str], stem_variants: bool,
-                  preview_levels: tuple[float, ...] | list[float] | None = None) -> list[str]:
+def feature_names(methods: Sequence[str], stem_variants: bool,
+                  preview_levels: Sequence[float] | None = None) -> list[str]:
     """The names of a miner's candidate features, in order: what a policy's spec records, known from the config
     alone (no index, no mining)."""
     preview = [f"preview_{kind}_w{w:g}" for w in preview_levels or () for kind in ("enter", "enter10", "match")]
