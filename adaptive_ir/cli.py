@@ -340,13 +340,13 @@ def cmd_reformulate(args) -> int:
             print(r["lucene_query"])
         return 0
     for r in results:
-        print(f"query:     {r['query']}")
+        print(f"query:     {r['text']}")
         if r["start_terms"]:
-            print(f"start:     the query + RM3's {', '.join(r['start_terms'])}")
-        print(f"added:     {', '.join(r['added_terms']) or '(none: STOP)'}")
+            print(f"start:     the query + RM3's {', '.join(t['term'] for t in r['start_terms'])}")
+        print(f"added:     {', '.join(t['term'] for t in r['added_terms']) or '(none: STOP)'}")
         print(f"rewritten: {r['rewritten']}")
-        for rank, (doc, score) in enumerate(r["top_docs"], 1):
-            print(f"  {rank:3d}. {doc}  {score:.4f}")
+        for rank, doc in enumerate(r.get("top_docs", []), 1):
+            print(f"  {rank:3d}. {doc['id']}  {doc['score']:.4f}")
     return 0
 
 

@@ -35,8 +35,8 @@ import torch
 from adaptive_ir.artifacts.checkpoint import SavedPolicy, init_policy_path, load_agent, load_checkpoint
 from adaptive_ir.common.errors import CheckpointError, ConfigError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
-from adaptive_ir.config import FIRST_STAGES, Config, config_from_dict, config_to_dict, resolve_device
-from adaptive_ir.evaluation.methods import DEV_CHOSEN, RULE_PREFIX, SELECTION_METRIC, split_runs, write_runs
+from adaptive_ir.config import Config, config_from_dict, config_to_dict, resolve_device
+from adaptive_ir.evaluation.methods import SELECTION_METRIC, Method, split_runs, write_runs
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, per_query
 from adaptive_ir.evaluation.stats import N_PERMUTATIONS, PERMUTATION_SEED, SMALL_SPLIT, mean_std, paired
 from adaptive_ir.rl.workspace import Workspace
@@ -49,24 +49,6 @@ log = logging.getLogger(__name__)
 
 DONE_FILE = "trained.json"
 """Written into a seed's folder once its training has finished: the config it ran and the trainer's summary."""
-BASELINE_PREFIXES = ("bm25", "rm3")
-"""The baselines (``bm25``, ``rm3`` and the field's ``bm25-<stage>``, ``rm3-<stage>``, ``methods.field_stages``): the
-best of them, by the higher mean ``SELECTION_METRIC`` on the compared split, is the strongest a reviewer would run."""
-
-
-def is_baseline(method: str) -> bool:
-    return method in BASELINE_PREFIXES or any(method == f"{p}-{stage}" for p in BASELINE_PREFIXES
-                                               for stage in FIRST_STAGES)
-
-
-def is_fixed_rule(method: str) -> bool:
-    """Fixed expansion rules the agent must beat: RM3 in every form (over BM25's top 10, over the agent's own
-    feedback documents, over either first stage) and the action space's rules (``rule-w<w>-j<j>[-<stage>]``,
-    ``methods.rule_runs``). The best fixed rule is the one with the higher mean ``SELECTION_METRIC`` on the compared
-    split."""
-    return method.startswith(("rm3", RULE_PREFIX))
-
-
 UNCHECKED_KEYS = {("system", "device"), ("system", "num_workers"), ("training", "output_dir"),
                   ("embeddings", "cache_dir")}
 """Settings that do not change what a seed's run computes (a run trained on another device, or moved, still
@@ -220,11 +202,12 @@ def build_report(ev: Evaluated, n_permutations: int = N_PERMUTATIONS, seed: int 
         if m == "agent":
             methods[m]["per_seed"] = {str(s): {k: float(v[k].mean()) for k in METRIC_NAMES}
                                       for s, v in zip(ev.seeds, per_seed)}
-    rules = [r for r in ev.values if is_fixed_rule(r)]
+    kinds = {m: Method.of(m) for m in ev.values}
+    rules = [r for r, method in kinds.items() if method.fixed_rule]
     best_rule = max(rules, key=lambda r: methods[r]["mean"][SELECTION_METRIC]) if rules else None
-    baselines = [b for b in ev.values if is_baseline(b)]
+    baselines = [b for b, method in kinds.items() if method.baseline]
     best_baseline = max(baselines, key=lambda b: methods[b]["mean"][SELECTION_METRIC]) if baselines else None
-    dev_chosen = next((m for m in ev.values if m.startswith(DEV_CHOSEN)), None)
+    dev_chosen = next((m for m, method in kinds.items() if method.kind == "dev-chosen"), None)
     tests = {}
     if "agent" in ev.values:
         agent = {k: np.mean([v[k] for v in ev.values["agent"]], axis=0) for k in METRIC_NAMES}
@@ -285,5 +268,5 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["compare", "build_report", "is_baseline", "is_fixed_rule", "format_report", "parse_seeds", "seed_config",
+__all__ = ["compare", "build_report", "format_report", "parse_seeds", "seed_config",
            "Evaluated", "CompareInterrupted"]

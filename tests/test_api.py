@@ -114,4 +114,5 @@ def test_reformulate_prints_the_searched_rewrite_as_a_lucene_query(result, capsy
     vocab = ref.ws.retriever.vocab.terms
     for line, text, r in zip(lines, queries, out):
         original = list(dict.fromkeys(vocab[t] for t in ref.ws.retriever.encode([text])[0]))
-        assert line.split() == original + [f"{t}^0.5" for t in r["added_terms"] if t not in original]
+        added = [t["term"] for t in r["added_terms"]]
+        assert line.split() == original + [f"{t}^0.5" for t in added if t not in original]

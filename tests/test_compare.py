@@ -18,6 +18,7 @@ from adaptive_ir.cli import main
 from adaptive_ir.common.errors import ConfigError
 from adaptive_ir.data import make_default
 from adaptive_ir.evaluation import stats
+from adaptive_ir.evaluation.methods import Method
 from adaptive_ir.evaluation.metrics import METRIC_NAMES, bm25_run, evaluate_run, per_query
 from adaptive_ir.retrieval.retriever import Retriever
 from adaptive_ir.training import run as run_mod
@@ -269,7 +270,7 @@ def test_rm3_over_the_agents_own_bm25_feedback_documents_is_a_fixed_rule_when_th
     # the action space's rule and the Anserini first stage's rows: elsewhere
     runs = {m: r for m, r in all_runs.items() if not m.startswith("rule-") and not m.endswith("-anserini")}
     assert {"bm25-anserini", "rm3-anserini"} <= set(all_runs)
-    assert cmp.is_fixed_rule("rm3-feedback") and "rm3-semantic" not in runs
+    assert Method.of("rm3-feedback").fixed_rule and "rm3-semantic" not in runs
     texts = ws.collection.split("dev")[1]
     if top_k0 == 10:
         assert set(runs) == {"bm25", "rm3"}
@@ -329,3 +330,21 @@ def test_an_agent_over_anserinis_index_gets_the_default_first_stage_as_the_field
     fixed = fixed_rule_runs(cfg, ws, {"dev": (qids, texts)})[0]["dev"]
     assert any(m.startswith("rule-") and m.endswith("-default") for m in fixed)
     assert any(m.startswith("rule-") and not m.endswith("-default") for m in fixed)
+
+
+@pytest.mark.parametrize("name, kind, stage, baseline, fixed_rule", [
+    ("bm25", "bm25", None, True, False), ("bm25-anserini", "bm25", "anserini", True, False),
+    ("rm3", "rm3", None, True, True), ("rm3-anserini", "rm3", "anserini", True, True),
+    ("rm3-default", "rm3", "default", True, True), ("rm3-semantic", "rm3-feedback", None, False, True),
+    ("rm3-feedback-anserini", "rm3-feedback", "anserini", False, True), ("rule-w0.5-j3", "rule", None, False, True),
+    ("rule-w1-j10-anserini", "rule", "anserini", False, True),
+    ("dev-chosen-rule-w1-j2-default", "dev-chosen", "default", False, False),
+    ("agent", "agent", None, False, False), ("oracle", "oracle", None, False, False)])
+def test_a_method_name_says_its_kind_stage_and_comparisons(name, kind, stage, baseline, fixed_rule):
+    method = Method.of(name)
+    assert (method.kind, method.stage, method.baseline, method.fixed_rule) == (kind, stage, baseline, fixed_rule)
+
+
+def test_an_unknown_method_name_is_refused():
+    with pytest.raises(ValueError, match="rm4: not a method name"):
+        Method.of("rm4")

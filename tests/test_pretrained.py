@@ -52,7 +52,7 @@ def test_reformulate_with_a_shipped_policy(workdir, capsys, monkeypatch):
     assert ref.origin.startswith("exported policy")
     queries = ["regox kediz", "tonat kavox zupodot lopelum"]  # the embedded collection's made-up words
     rows = ref.reformulate(queries, top_docs=3)
-    assert [r["query"] for r in rows] == queries
+    assert [r["text"] for r in rows] == queries
     assert all(len(r["top_docs"]) == 3 for r in rows)
     assert any(r["added_terms"] for r in rows)
     assert main(["reformulate", "--policy", POLICY, "--device", "cpu", "--format", "lucene", *FAST, *queries]) == 0

@@ -91,16 +91,16 @@ def test_reformulator_api_and_cli(trained, capsys):
     ref = Reformulator.load(ckpt, device="cpu")
     _, texts, _ = ref.ws.collection.split("test")
     out = ref.reformulate(texts[:5], top_docs=3)
-    assert [r["query"] for r in out] == texts[:5]
+    assert [r["text"] for r in out] == texts[:5] and [r["id"] for r in out] == ["1", "2", "3", "4", "5"]
     for r in out:
-        assert r["rewritten"].split()[: len(r["query"].split())] == r["query"].split()
+        assert r["rewritten"].split()[: len(r["text"].split())] == r["text"].split()
         assert len(r["added_terms"]) <= cfg.rl_agent.max_steps_per_episode
-        assert all(s > 0 for _, s in r["top_docs"]) and len(r["top_docs"]) <= 3
+        assert all(d["score"] > 0 for d in r["top_docs"]) and len(r["top_docs"]) <= 3
     assert ref.origin.startswith(f"checkpoint {ckpt}: update ") and "no run record" in ref.origin  # Trainer API
     assert main(["reformulate", "--checkpoint", str(ckpt), "--json", texts[0]]) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)  # stdout holds the JSON alone; where the checkpoint came from is on stderr
-    assert printed[0]["query"] == texts[0] and printed[0]["added_terms"] == out[0]["added_terms"]
+    assert printed[0]["text"] == texts[0] and printed[0]["added_terms"] == out[0]["added_terms"]
     assert ref.origin in captured.err
 
 
@@ -120,12 +120,13 @@ def test_a_rewrite_started_from_rm3_shows_and_searches_the_rm3_terms(trained):
                                    unit_query=True)
     vocab = ws.retriever.vocab.surface
     for r, t, w in zip(out, terms, weights):
-        own = ws.retriever.encode([r["query"]])[0]
-        assert r["start_terms"] == [vocab[i] for i in t if i not in own] and r["start_terms"]
-        assert r["rewritten"].split() == r["query"].split() + r["start_terms"] + r["added_terms"]
+        own = ws.retriever.encode([r["text"]])[0]
+        start, added = [x["term"] for x in r["start_terms"]], [x["term"] for x in r["added_terms"]]
+        assert start == [vocab[i] for i in t if i not in own] and start
+        assert r["rewritten"].split() == r["text"].split() + start + added
         lucene = dict(x.split("^") if "^" in x else (x, "1") for x in r["lucene_query"].split())
         for i, wi in zip(t, w):
-            if vocab[i] not in r["added_terms"]:
+            if vocab[i] not in added:
                 assert float(lucene[vocab[i]]) == pytest.approx(wi, rel=1e-3)
 
 

@@ -178,41 +178,39 @@ def trained(tmp_path_factory):
 
 
 def test_fused_records_carry_the_weights_the_greedy_rewrite_searched(trained, monkeypatch):
-    """With query variants fused by RRF the records come from ``reformulate``'s own rewrites: every term's weight
-    is the (summed) weight it was searched with, and the Elasticsearch body holds the same terms and weights."""
+    """With query variants fused by RRF: every term's weight is the (summed) weight it was searched with, the
+    Elasticsearch body and the Lucene query hold the same terms and weights, and the greedy variant's terms are
+    those of the rewrite without fusion."""
     _, ref, _ = trained
     qids, texts, _ = ref.ws.collection.split("test")
     qids, texts = qids[:6], texts[:6]
+    greedy = ref.reformulate(list(zip(qids, texts)), top_docs=5)
     monkeypatch.setattr(ref.cfg.rl_agent, "num_query_variants", 2)
-    old = ref.reformulate(texts, top_docs=5)
-    new = ref.reformulate_batch(list(zip(qids, texts)), top_docs=5)
-    assert any(r["added_terms"] for r in new)
-    for o, n in zip(old, new):
+    fused = ref.reformulate(list(zip(qids, texts)), top_docs=5)
+    assert any(r["added_terms"] for r in fused)
+    for g, n in zip(greedy, fused):
         should = {c["match"]["contents"]["query"]: c["match"]["contents"]["boost"]
                   for c in n["elasticsearch"]["query"]["bool"]["should"]}
-        assert [t["term"] for t in n["added_terms"]] == o["added_terms"]
+        assert n["added_terms"] == g["added_terms"] and n["lucene_query"] == g["lucene_query"]
         assert all(t["weight"] == should[t["term"]] > 0 for t in n["added_terms"] + n["start_terms"])
-        assert n["lucene_query"] == o["lucene_query"] and n["rewritten"] == o["rewritten"]
-        assert [(d["id"], d["score"]) for d in n["top_docs"]] == o["top_docs"]
+        lucene = dict(x.split("^") if "^" in x else (x, "1") for x in n["lucene_query"].split())
+        assert {t: float(w) for t, w in lucene.items()} == pytest.approx(should)
+        assert len(n["top_docs"]) == 5
 
 
 def test_records_are_reformulates_rewrites(trained):
     cfg, ref, _ = trained
     qids, texts, _ = ref.ws.collection.split("test")
     qids, texts = qids[:12], texts[:12]
-    old = ref.reformulate(texts, top_docs=5)
-    new = ref.reformulate_batch(list(zip(qids, texts)), top_docs=5, field="body")
+    new = ref.reformulate(list(zip(qids, texts)), top_docs=5, field="body")
     assert [r["id"] for r in new] == qids and [r["text"] for r in new] == texts
-    for o, n in zip(old, new):
-        assert [t["term"] for t in n["added_terms"]] == o["added_terms"]
-        assert [t["term"] for t in n["start_terms"]] == o["start_terms"]
-        assert n["rewritten"] == o["rewritten"] and n["lucene_query"] == o["lucene_query"]
-        assert [(d["id"], d["score"]) for d in n["top_docs"]] == o["top_docs"]
+    for n in new:
+        assert n["rewritten"] == " ".join([n["text"], *(t["term"] for t in n["start_terms"] + n["added_terms"])])
         assert all(t["weight"] > 0 for t in n["added_terms"])
         should = n["elasticsearch"]["query"]["bool"]["should"]
         assert {c["match"]["body"]["query"] for c in should} == {
             x.rpartition("^")[0].replace("\\", "") if "^" in x else x.replace("\\", "")
-            for x in o["lucene_query"].split()}
+            for x in n["lucene_query"].split()}
         json.dumps(n)  # plain JSON
     # an independent computation: the query's own words (weight 1 each) and the added terms at their weights,
     # searched from scratch, rank the same top documents with the same scores
@@ -226,7 +224,7 @@ def test_records_are_reformulates_rewrites(trained):
         assert [d["id"] for d in n["top_docs"]] == [d for d, _ in ranked]
         np.testing.assert_allclose([d["score"] for d in n["top_docs"]], [sc for _, sc in ranked], rtol=1e-6)
     # no documents asked for: no search, the same rewrites
-    bare = ref.reformulate_batch(list(zip(qids, texts)))
+    bare = ref.reformulate(list(zip(qids, texts)), top_docs=0)
     assert all("top_docs" not in r for r in bare)
     assert [r["lucene_query"] for r in bare] == [r["lucene_query"] for r in new]
 
@@ -237,14 +235,14 @@ def test_reformulate_file_streams_in_batches(trained, tmp_path):
     p = tmp_path / "q.tsv"
     p.write_text("".join(f"{q}\t{t}\n" for q, t in zip(qids[:10], texts[:10])))
     calls = []
-    batch = ref.reformulate_batch
-    ref.reformulate_batch = lambda qs, *a: calls.append(len(qs)) or batch(qs, *a)
+    batch = ref.reformulate
+    ref.reformulate = lambda qs, *a: calls.append(len(qs)) or batch(qs, *a)
     try:
         records = list(ref.reformulate_file(p, batch_size=4))
     finally:
-        del ref.reformulate_batch
+        del ref.reformulate
     assert calls == [4, 4, 2] and [r["id"] for r in records] == qids[:10]
-    assert [r["lucene_query"] for r in records] == [r["lucene_query"] for r in ref.reformulate_batch(
+    assert [r["lucene_query"] for r in records] == [r["lucene_query"] for r in ref.reformulate(
         list(zip(qids[:10], texts[:10])))]
 
 
@@ -308,7 +306,7 @@ def test_cli_interrupted_leaves_no_output(trained, tmp_path, monkeypatch, capsys
         seen.append(1)
         return [{"id": q.id} for q in queries]
 
-    monkeypatch.setattr(Reformulator, "reformulate_batch", interrupt)
+    monkeypatch.setattr(Reformulator, "reformulate", interrupt)
     assert main(["reformulate", "--checkpoint", str(ckpt), "--queries", str(p), "--output", str(out),
                  "--batch-size", "2", "--no-progress"]) == 130
     assert sorted(x.name for x in tmp_path.iterdir()) == ["q.txt"]

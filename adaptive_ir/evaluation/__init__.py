@@ -3,10 +3,10 @@ runs (``agent``), every method's runs on a split with the fixed rules and the de
 qrels oracle (``oracle``) and paired statistics over seeds (``stats``)."""
 
 from adaptive_ir.evaluation.agent import agent_run
-from adaptive_ir.evaluation.methods import evaluate_split, split_runs
+from adaptive_ir.evaluation.methods import Method, evaluate_split, split_runs
 from adaptive_ir.evaluation.metrics import MEASURES, METRIC_NAMES, Run, evaluate_run, format_table, per_query
 from adaptive_ir.evaluation.oracle import oracle_run
 from adaptive_ir.evaluation.stats import min_detectable_effect, paired
 
-__all__ = ["MEASURES", "METRIC_NAMES", "Run", "agent_run", "evaluate_run", "evaluate_split", "format_table",
+__all__ = ["MEASURES", "METRIC_NAMES", "Method", "Run", "agent_run", "evaluate_run", "evaluate_split", "format_table",
            "min_detectable_effect", "oracle_run", "paired", "per_query", "split_runs"]

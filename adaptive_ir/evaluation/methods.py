@@ -20,6 +20,7 @@ split (``evaluate.per_query`` says which count as 0).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import ir_measures
@@ -54,6 +55,48 @@ DEV_SPLIT = "dev"
 DEV_CHOSEN = "dev-chosen-"
 """Prefix of the fixed rule (any of ``fixed_rule_runs``) with the higher mean SELECTION_METRIC on the dev split, run
 on the split evaluated: the bar chosen as every setting is, on dev (the best on the split itself favours the rule)."""
+
+
+METHOD_KINDS = ("bm25", "rm3", "rm3-feedback", "rule", "dev-chosen", "agent", "oracle")
+"""What a method is: BM25; RM3 at its defaults; RM3 over the agent's own feedback documents (``rm3-semantic``,
+``rm3-feedback``); a rule of the action space; the rule chosen on dev; the agent; the oracle."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of a table, as its name says it: ``<name>[-<stage>]`` (``field_stages``: over another first stage
+    than the agent's), ``dev-chosen-<method>``. Its kind says which comparisons it enters: the baselines are BM25
+    and RM3 at their defaults (the rows a reviewer runs), the fixed rules are every expansion without learning
+    (RM3 too, and the rules of the agent's action space)."""
+
+    name: str
+    kind: str
+    """One of METHOD_KINDS."""
+    stage: str | None
+    """The first stage it runs over when not the agent's own (``bm25-anserini``: ``anserini``), else None."""
+
+    @classmethod
+    def of(cls, name: str) -> Method:
+        if name.startswith(DEV_CHOSEN):
+            return cls(name, "dev-chosen", cls.of(name.removeprefix(DEV_CHOSEN)).stage)
+        base, stage = name, None
+        for s in FIRST_STAGES:
+            if name.endswith(f"-{s}"):
+                base, stage = name.removesuffix(f"-{s}"), s
+        if base.startswith(RULE_PREFIX):
+            return cls(name, "rule", stage)
+        kind = {"rm3-semantic": "rm3-feedback"}.get(base, base)
+        if kind not in METHOD_KINDS:
+            raise ValueError(f"{name}: not a method name of this engine")
+        return cls(name, kind, stage)
+
+    @property
+    def baseline(self) -> bool:
+        return self.kind in ("bm25", "rm3")
+
+    @property
+    def fixed_rule(self) -> bool:
+        return self.kind in ("rm3", "rm3-feedback", "rule")
 
 
 def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str],
@@ -140,11 +183,6 @@ def fixed_rule_runs(cfg: Config, ws: Workspace, splits: dict[str, tuple[list[str
     return rules, bm25
 
 
-def is_rule(method: str) -> bool:
-    """Whether a method is one of the action space's rules (over either first stage)."""
-    return method.startswith(RULE_PREFIX)
-
-
 def best_method(runs: dict[str, Run], names: list[str], qrels: dict[str, dict[str, int]], excluded: dict[str, str],
                 qids: list[str]) -> str:
     """The one of ``names`` whose run has the higher mean SELECTION_METRIC (the first, on a tie)."""
@@ -182,7 +220,7 @@ def split_runs(cfg: Config, ws: Workspace, split: str, agent: Agent | None = Non
         for stage in field_stages(cfg):
             runs[f"bm25-{stage}"] = field_bm25.get(f"bm25-{stage}", runs["bm25"])
         fixed = rules_by_split[split]
-        rules = [m for m in fixed if is_rule(m)]
+        rules = [m for m in fixed if Method.of(m).kind == "rule"]
         runs.update({m: run for m, run in fixed.items() if m not in rules})
         if rules:  # the best on this split, over both first stages, as the best fixed rule is picked
             best = best_method(fixed, rules, qrels, excluded, qids)

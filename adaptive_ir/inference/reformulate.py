@@ -17,7 +17,8 @@ from adaptive_ir.rl.workspace import Workspace
 
 
 class Reformulator:
-    """``Reformulator.load(checkpoint).reformulate(["query", ...])`` → rewritten queries, in batches."""
+    """``Reformulator.load(checkpoint).reformulate(["query", ...])`` → one record per rewritten query
+    (``records.py``), in batches."""
 
     def __init__(self, cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, origin: str | None = None):
         self.cfg, self.ws, self.agent, self.amp = cfg, ws, agent, amp
@@ -50,15 +51,6 @@ class Reformulator:
         ws = Workspace(cfg, dev, progress=progress, splits=())
         return cls(cfg, ws, *load_agent(saved, cfg, ws, dev, portable=True))
 
-    def reformulate(self, queries: list[str], top_docs: int = 10) -> list[dict]:
-        """For each query text: the rewritten query, the terms the start added (``start_terms``: RM3's with
-        ``retrieval.start: rm3``, else none), the terms the agent added, the rewrite as Lucene query syntax (the
-        analyzed terms with their weights, ``lucene_query``) and the top documents (id, score)."""
-        return [{"query": text, "start_terms": extra, "added_terms": terms,
-                 "rewritten": " ".join([text, *extra, *terms]), "lucene_query": lucene_query(pairs),
-                 "top_docs": ranked}
-                for text, extra, terms, pairs, ranked in self._rewrites(queries, top_docs)]
-
     def _rewrites(self, queries: list[str], top_docs: int) -> list[tuple]:
         """Per query text (``agent_run``: greedy, variants fused by RRF): the words the start added, the words the
         agent added, every (term, weight) searched, and the top ``top_docs`` documents as (id, score)."""
@@ -75,13 +67,13 @@ class Reformulator:
             out.append((text, extra, terms, pairs, ranked))
         return out
 
-    def reformulate_batch(self, queries: list, top_docs: int = 0, field: str = "contents",
-                          clause: str = "match") -> list[dict]:
+    def reformulate(self, queries: list, top_docs: int = 10, field: str = "contents",
+                    clause: str = "match") -> list[dict]:
         """One record per query (``records.py``: id, text, the start's and the agent's terms with their weights,
         the rewrite, its Lucene query string and Elasticsearch body on ``field``, and with ``top_docs`` > 0 the top
-        documents as ``{"id", "score"}``). ``queries``: ``Query`` objects, ``(id, text)`` pairs or texts. The same
-        rewrites as ``reformulate`` (greedy; with ``num_query_variants`` > 1 the greedy variant's terms and the
-        fused documents); the search is skipped when no documents are asked for."""
+        documents as ``{"id", "score"}``). ``queries``: ``Query`` objects, ``(id, text)`` pairs or texts (ids 1, 2,
+        ...). Greedy rewrites (with ``num_query_variants`` > 1 the greedy variant's terms and the
+        documents of the variants fused); no search when no documents are asked for."""
         from adaptive_ir.inference.queries import as_queries
         from adaptive_ir.inference.records import elasticsearch_query, term_weights
 
@@ -162,7 +154,7 @@ class Reformulator:
     def reformulate_file(self, queries, top_docs: int = 0, field: str = "contents", clause: str = "match",
                          batch_size: int = 1024, fmt: str = "auto", progress: bool = False,
                          total: int | None = None, reuse_word_vectors: bool = True) -> Iterator[dict]:
-        """The records (``reformulate_batch``) of a whole query set, yielded in input order as each batch of
+        """The records (``reformulate``) of a whole query set, yielded in input order as each batch of
         ``batch_size`` queries is done: a file (BEIR ``queries.jsonl``, TREC topics, ``id<TAB>text`` lines, one
         query per line, ``-`` for stdin; ``fmt`` forces one of ``queries.QUERY_FORMATS``), or an iterable of
         ``Query``, ``(id, text)`` or texts. Memory stays that of one batch, whatever the number of queries;
@@ -186,7 +178,7 @@ class Reformulator:
                    dynamic_ncols=True, leave=False)
         try:
             for batch in batches(as_queries(queries, fmt), batch_size):
-                records = self.reformulate_batch(batch, top_docs, field, clause)
+                records = self.reformulate(batch, top_docs, field, clause)
                 bar.update(len(records))
                 yield from records
         finally:
