@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import random
 import resource
 import shutil
 import subprocess
@@ -52,80 +51,14 @@ from pathlib import Path
 
 import _common as common  # first: adaptive_ir keeps JAX, which bm25s calls on import, off the GPU
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN as STOPWORDS
+
+from adaptive_ir.data.collection import sample_split
+from adaptive_ir.data.synthetic import SyntheticSettings, write_synthetic_beir
 
 DEFAULT_SIZES = "10000,100000,1000000"
 TOP_K = 100
 SEARCH_SPLITS = ("test", "dev", "train")
 """The split whose queries are searched: the first one present (WikiCAR holds back its test split)."""
-
-
-# ---------------------------------------------------------------------------------------------- the corpus
-def _word(rank: int) -> str:
-    """A distinct lowercase word per rank (base 26, at least two letters)."""
-    rank += 26
-    out = []
-    while rank:
-        rank, r = divmod(rank, 26)
-        out.append(chr(97 + r))
-    return "".join(reversed(out))
-
-
-def generate(folder: Path, num_docs: int, args) -> Path:
-    """Write the synthetic BEIR folder (skipped when one with the same settings is there already)."""
-    settings = {"num_docs": num_docs, "vocab": args.vocab, "zipf": args.zipf, "doc_len": args.doc_len,
-                "non_ascii": args.non_ascii, "queries": [args.train_queries, args.test_queries], "seed": args.seed}
-    marker = folder / "settings.json"
-    if marker.is_file() and json.loads(marker.read_text()) == settings:
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    (folder / "qrels").mkdir(parents=True)
-    rng = np.random.default_rng(args.seed)
-    words, rank = sorted(STOPWORDS), 0
-    while len(words) < args.vocab:
-        w = _word(rank)
-        rank += 1
-        if w not in STOPWORDS:
-            words.append(w)
-    words = np.array(words, dtype=object)
-    cdf = np.cumsum(1.0 / np.arange(1, args.vocab + 1) ** args.zipf)
-    cdf /= cdf[-1]
-    sigma = 0.5  # mean of a log-normal: exp(mu + sigma^2 / 2)
-    lengths = np.maximum(1, rng.lognormal(np.log(args.doc_len) - sigma ** 2 / 2, sigma, num_docs)).astype(np.int64)
-    n_queries = args.train_queries + args.test_queries
-    query_docs = np.sort(rng.choice(num_docs, size=min(n_queries, num_docs), replace=False))
-    queries = {}
-    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for lo in range(0, num_docs, 50_000):
-            hi = min(num_docs, lo + 50_000)
-            offsets = np.concatenate([[0], np.cumsum(lengths[lo:hi])])
-            ids = np.searchsorted(cdf, rng.random(offsets[-1]))
-            tokens = words[ids]
-            dash = rng.random(hi - lo) < args.non_ascii
-            lines = []
-            for i in range(hi - lo):
-                doc = tokens[offsets[i]:offsets[i + 1]].tolist()
-                if dash[i] and len(doc) > 1:
-                    doc.insert(len(doc) // 2, "–")
-                lines.append(json.dumps({"_id": f"d{lo + i}", "title": "", "text": " ".join(doc) + "."},
-                                        ensure_ascii=False))
-            f.write("\n".join(lines) + "\n")
-            for d in query_docs[(query_docs >= lo) & (query_docs < hi)].tolist():
-                doc_ids = ids[offsets[d - lo]:offsets[d - lo + 1]]
-                content = np.unique(doc_ids[(doc_ids >= 100) & (doc_ids < 100_000)])  # neither stopword nor hapax
-                if len(content):
-                    queries[f"q{len(queries)}"] = (" ".join(words[rng.choice(content, min(3, len(content)),
-                                                                                replace=False)]), f"d{d}")
-    qids = list(queries)
-    rng.shuffle(qids)
-    split = {"train": qids[:args.train_queries], "test": qids[args.train_queries:]}
-    with open(folder / "queries.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"_id": q, "text": queries[q][0]}) + "\n" for q in sorted(queries))
-    for name, members in split.items():
-        with open(folder / "qrels" / f"{name}.tsv", "w", encoding="utf-8") as f:
-            f.write("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{queries[q][1]}\t1\n" for q in members))
-    marker.write_text(json.dumps(settings))
-    return folder
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -152,26 +85,10 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-def capped(collection, split: str, n: int | None, seed: int):
-    """``collection`` with at most ``n`` queries of ``split`` (a seeded sample, in natural order; all when fewer)."""
-    from dataclasses import replace
-
-    qids, _, _ = collection.split(split)
-    if n is None or len(qids) <= n:
-        return collection
-    keep = sorted(random.Random(seed).sample(range(len(qids)), n))
-
-    def pick(d: dict) -> dict:
-        return {**d, split: {qids[i]: d[split][qids[i]] for i in keep if qids[i] in d[split]}}
-
-    return replace(collection, queries=pick(collection.queries), qrels=pick(collection.qrels),
-                   excluded=pick(collection.excluded) if split in collection.excluded else collection.excluded)
-
-
 def search_queries(collection, n: int | None, seed: int) -> tuple[str, list[str]]:
     """(split, texts) of the queries both engines search: see ``SEARCH_SPLITS``, at most ``n`` of them."""
     split = next(s for s in SEARCH_SPLITS if s in collection.queries)
-    _, texts, _ = capped(collection, split, n, seed).split(split)
+    _, texts, _ = sample_split(collection, split, n, seed).split(split)
     return split, texts
 
 
@@ -264,7 +181,7 @@ def worker_rollout(args) -> dict:
 
     device = common.setup(args)
     workspace_module.make_embedder = lambda kind, path, corpus, analyzer, dim, *a, **k: _RandomEmbedder(dim)
-    collection = capped(common.load_collection(args.data_dir), "train", args.max_train_queries, args.seed)
+    collection = sample_split(common.load_collection(args.data_dir), "train", args.max_train_queries, args.seed)
     out = {"rss_loaded": _rss()}
     t0 = time.perf_counter()
     # candidates cached (in the cache folder, removed after the row): the split below reads what is mined here
@@ -514,7 +431,9 @@ def main() -> None:
     try:
         for size in sizes:
             t0 = time.perf_counter()
-            folder = generate(work / f"synthetic-{size}", size, args)
+            folder = write_synthetic_beir(work / f"synthetic-{size}", SyntheticSettings(
+                size, args.vocab, args.zipf, args.doc_len, args.non_ascii, args.train_queries, args.test_queries,
+                args.seed))
             rows.append({"corpus": f"synthetic-{size}", "kind": "synthetic", "generate_s": time.perf_counter() - t0,
                          **measure(folder, args, work)})
             report(rows[-1])

@@ -7,10 +7,11 @@ positive, and that the search engines agree on the top-k.
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from adaptive_ir.data.synthetic import SyntheticSettings, write_synthetic_beir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,23 +73,9 @@ def test_memory(tmp_path):
     assert 0 < d["buffer_bytes"] < d["embedding_copy_bytes"] / 100
 
 
-def _scale():
-    """benchmarks/scale.py as a module (its helpers import ``_common`` from benchmarks/)."""
-    import importlib.util
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("scale", ROOT / "benchmarks" / "scale.py")
-    scale = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scale)
-    return scale
-
-
 def _no_test_split(folder: Path) -> Path:
     """A small synthetic BEIR folder with train and dev splits only (as WikiCAR, whose test split is held back)."""
-    from argparse import Namespace
-
-    args = Namespace(vocab=5000, zipf=1.0, doc_len=60.0, non_ascii=0.2, train_queries=60, test_queries=20, seed=5)
-    _scale().generate(folder, 1500, args)
+    write_synthetic_beir(folder, SyntheticSettings(1500, vocab=5000, train_queries=60, test_queries=20, seed=5))
     (folder / "qrels" / "test.tsv").rename(folder / "qrels" / "dev.tsv")
     return folder
 
@@ -123,26 +110,6 @@ def test_scale(tmp_path):
         assert o["peak_rss"] >= o["peak_rss_rollout"] > 0
 
 
-def test_scale_caps_queries_and_picks_the_search_split(tmp_path):
-    from adaptive_ir.data import load_beir
-
-    scale = _scale()
-    collection = load_beir(_no_test_split(tmp_path / "c"))
-    qids, _, qrels = collection.split("train")
-    capped = scale.capped(collection, "train", 7, seed=1)
-    kept, texts, kept_qrels = capped.split("train")
-    assert len(kept) == 7 and set(kept) <= set(qids) and kept == sorted(kept, key=qids.index)  # natural order
-    assert kept == scale.capped(collection, "train", 7, seed=1).split("train")[0]  # seeded
-    assert kept != scale.capped(collection, "train", 7, seed=2).split("train")[0]
-    assert texts == [collection.queries["train"][q] for q in kept] and kept_qrels == {q: qrels[q] for q in kept}
-    assert capped.queries["dev"] == collection.queries["dev"]  # other splits untouched
-    assert scale.capped(collection, "train", 1000, seed=1) is collection
-    split, texts = scale.search_queries(collection, 5, seed=0)
-    assert split == "dev" and len(texts) == 5 and set(texts) <= set(collection.queries["dev"].values())
-    (tmp_path / "c" / "qrels" / "dev.tsv").rename(tmp_path / "c" / "qrels" / "test.tsv")
-    assert scale.search_queries(load_beir(tmp_path / "c"), None, seed=0)[0] == "test"
-
-
 def test_scale_peak_rss_is_the_workers_own():
     """A worker's peak RSS is its own: ``ru_maxrss`` of a child started by a big parent reports the parent's."""
     import numpy as np
@@ -152,27 +119,6 @@ def test_scale_peak_rss_is_the_workers_own():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 0 < int(proc.stdout) < ballast.nbytes
-
-
-def test_scale_corpus_is_seeded_and_shaped(tmp_path):
-    from argparse import Namespace
-
-    scale = _scale()
-    args = Namespace(vocab=5000, zipf=1.0, doc_len=80.0, non_ascii=0.3, train_queries=40, test_queries=10, seed=3)
-    a = scale.generate(tmp_path / "a", 2000, args)
-    b = scale.generate(tmp_path / "b", 2000, args)
-    assert (a / "corpus.jsonl").read_bytes() == (b / "corpus.jsonl").read_bytes()  # same seed, same corpus
-    docs = [json.loads(line) for line in (a / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
-    lengths = [len(d["text"].split()) for d in docs]
-    assert len(docs) == 2000 and 70 < sum(lengths) / len(lengths) < 90
-    assert 0.25 < sum(not d["text"].isascii() for d in docs) / len(docs) < 0.35
-    words = [w.strip(".") for d in docs for w in d["text"].split()]
-    top = Counter(words).most_common(1)[0][0]
-    assert top in scale.STOPWORDS and len(set(words)) > 2000  # Zipfian: stopwords on top, a long tail
-    ids = {d["_id"] for d in docs}
-    for split, n in (("train", 40), ("test", 10)):
-        rows = (a / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]
-        assert len(rows) == n and all(r.split("\t")[1] in ids for r in rows)
 
 
 def test_precompute(tmp_path):

@@ -119,6 +119,21 @@ def carve_dev(collection: Collection, fraction: float, seed: int) -> Collection:
     )
 
 
+def sample_split(collection: Collection, split: str, n: int | None, seed: int) -> Collection:
+    """`collection` with at most `n` queries of `split`: a seeded sample (`random.Random(seed)`) kept in the split's
+    order, with their qrels and excluded documents; the collection itself when it has no more (or `n` is None)."""
+    qids, _, _ = collection.split(split)
+    if n is None or len(qids) <= n:
+        return collection
+    keep = sorted(random.Random(seed).sample(range(len(qids)), n))
+
+    def pick(d: dict) -> dict:
+        return {**d, split: {qids[i]: d[split][qids[i]] for i in keep if qids[i] in d[split]}}
+
+    return replace(collection, queries=pick(collection.queries), qrels=pick(collection.qrels),
+                   excluded=pick(collection.excluded) if split in collection.excluded else collection.excluded)
+
+
 def wanted_splits(splits: Iterable[str]) -> tuple[str, ...]:
     """The requested split names; asking for dev also needs train (a missing dev split is carved from it)."""
     wanted = tuple(dict.fromkeys(splits))
