@@ -99,9 +99,8 @@ def update_rows(out: Path) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory) -> Path:
-    """The same tiny run, never interrupted, with caches of its own (``<folder>/cache``, as the runs it is compared
-    with have): a cache shared with the in-process runs of other modules would hold tables computed with other
-    thread counts, equal to the last bits only by chance."""
+    """The same tiny run, never interrupted, with caches of its own (``<folder>/cache``), as the runs it is compared
+    with have: each run builds its index, candidates and embeddings, and the comparison covers that too."""
     out = tmp_path_factory.mktemp("reference") / "run"
     run_to_end(out)
     return out
@@ -236,6 +235,40 @@ def test_damaged_checkpoint_is_rejected_by_its_checksum(tmp_path, damage):
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         load_checkpoint(path)
+
+
+CACHE_PROBE = """
+import hashlib, sys, torch
+from pathlib import Path
+sys.path.insert(0, "tests")
+from helpers import tiny_config
+from adaptive_ir.rl.workspace import Workspace
+torch.set_num_threads(int(sys.argv[1]))
+out = Path(sys.argv[3])
+cfg = tiny_config(out, **{"system.num_workers": sys.argv[2], "embeddings.cache_dir": str(out / "cache")})
+ws = Workspace(cfg, torch.device("cpu"), progress=False)
+for split in ("train", "dev"):
+    ws.query_set(split, *ws.collection.split(split))
+for f in sorted((out / "cache").rglob("*")):
+    if f.is_file():
+        print(hashlib.sha256(f.read_bytes()).hexdigest(), f.relative_to(out))
+"""
+
+
+def test_cached_tables_do_not_depend_on_the_thread_count(tmp_path):
+    """Cache keys hold no thread count: the index, the candidate tables, the LSA fit and the embedding tables
+    must then be the same bytes whichever torch thread count and miner worker count computed them."""
+    def cache_files(threads: int, workers: int) -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", CACHE_PROBE, str(threads), str(workers),
+                               str(tmp_path / f"t{threads}-w{workers}")], cwd=REPO, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.splitlines()
+
+    one = cache_files(1, 1)
+    assert any("candidates-train" in f for f in one) and any("/table-" in f for f in one)
+    assert any("lsa-" in f for f in one) and any("index-" in f for f in one)
+    assert cache_files(2, 3) == one
 
 
 # ------------------------------------------------------------------------------------ damaged caches

