@@ -210,7 +210,7 @@ def test_paired_runs_script_tests_the_first_run_against_each_other(tmp_path):
 def test_policy_steps_script_accounts_for_every_episode_at_every_step(tmp_path):
     # a shipped policy on the embedded collection: every step's episodes either add a term (at one of the weights)
     # and go on, or stop; the first step has every query
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_steps.py"), "--policy", "nfcorpus-seed-1",
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_steps.py"), "--policy", "general",
                            "--split", "dev", "--set", "candidate_mining.feedback=bm25"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -191,7 +191,7 @@ def test_small_collections_start_from_the_nfcorpus_policy_they_fit(index):
     policy = lambda c: _config_part(config_to_dict(c))  # noqa: E731  (the keys a policy's spec records)
     for name in ("scifact", "cranfield", "cisi"):
         cfg = load_config(f"{name}{index}")
-        assert cfg.training.init_from == f"nfcorpus{index}-seed-{{seed}}"  # shipped (adaptive_ir/policies)
+        assert cfg.training.init_from == f"nfcorpus{index}-seed-{{seed}}"  # in the repository's release/policies
         assert policy(cfg) == policy(source)
 
 

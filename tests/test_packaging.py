@@ -35,9 +35,12 @@ def test_the_wheel_carries_configs_policies_and_license(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     configs = {Path(n).name for n in names if n.startswith("adaptive_ir/configs/")}
     assert configs == {p.name for p in (ROOT / "adaptive_ir" / "configs").glob("*.yaml")} and "quickstart.yaml" in configs
-    for seed in (1, 2, 3, 42):
+    policies = {n.split("/")[2] for n in names if n.startswith("adaptive_ir/policies/") and n.count("/") == 3}
+    assert policies == {"general", "general-joint"}  # what a user picks; the replicas stay in the repository
+    for policy in policies:
         for f in ("policy.safetensors", "policy.json", "README.md"):
-            assert f"adaptive_ir/policies/nfcorpus-seed-{seed}/{f}" in names
+            assert f"adaptive_ir/policies/{policy}/{f}" in names
+    assert "adaptive_ir/policies/README.md" in names  # which one to pick
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     runtime = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
@@ -54,7 +57,8 @@ def test_an_installed_wheel_finds_its_configs_and_policies_from_any_directory(wh
     elsewhere.mkdir()
     code = ("import adaptive_ir, pathlib; from adaptive_ir.config import load_config; "
             "from adaptive_ir.artifacts.checkpoint import init_policy_path; "
-            "c = load_config('scifact'); print(pathlib.Path(adaptive_ir.__file__).parent); "
+            "c = load_config('wikicar', {'training.init_from': 'general-joint'}); "
+            "print(pathlib.Path(adaptive_ir.__file__).parent); "
             "print(load_config('quickstart').source); print(init_policy_path(c))")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True,
@@ -62,7 +66,7 @@ def test_an_installed_wheel_finds_its_configs_and_policies_from_any_directory(wh
     package = Path(out[0])
     assert package == site / "adaptive_ir"
     assert Path(out[1]) == package / "configs" / "quickstart.yaml"
-    assert Path(out[2]) == package / "policies" / "nfcorpus-seed-42"
+    assert Path(out[2]) == package / "policies" / "general-joint"
 
 
 def test_top_level_configs_is_the_package_folder_not_a_copy():

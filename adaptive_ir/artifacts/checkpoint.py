@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from adaptive_ir.artifacts.export import SHIPPED_DIR, SPEC, read_export, shipped_policies
+from adaptive_ir.artifacts.export import RELEASE_DIR, SHIPPED_DIR, SPEC, read_export, release_dirs, shipped_policies
 from adaptive_ir.artifacts.spec import check_fits, data_identity, policy_spec
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import CheckpointError
@@ -123,15 +123,18 @@ def _read_checkpoint(path: Path) -> tuple[dict, str]:
 
 
 def resolve_policy(value: str | Path, *, must_exist: bool = False) -> Path:
-    """``value`` as a path, or, when no such path exists, the shipped policy of that name if there is one.
-    ``must_exist``: CheckpointError, naming the shipped policies, when neither exists (a policy named by the
-    user)."""
+    """``value`` as a path, or, when no such path exists, the policy of that name shipped in the package, or else kept
+    in the repository (``export.release_dirs``). ``must_exist``: CheckpointError, naming the shipped policies, when
+    none exists (a policy named by the user)."""
     path = Path(value)
-    if not path.exists() and len(path.parts) == 1 and (SHIPPED_DIR / str(value) / SPEC).is_file():
-        return SHIPPED_DIR / str(value)
+    if not path.exists() and len(path.parts) == 1:
+        for folder in (SHIPPED_DIR, *release_dirs()):
+            if (folder / str(value) / SPEC).is_file():
+                return folder / str(value)
     if must_exist and not path.exists():
         raise CheckpointError(f"policy {value}: no such checkpoint or exported policy folder, and no shipped policy "
-                              f"has that name (shipped: {', '.join(shipped_policies()) or 'none'})")
+                              f"has that name (shipped: {', '.join(shipped_policies()) or 'none'}; the replicas our "
+                              f"tables were made with are in the repository's {RELEASE_DIR})")
     return path
 
 
@@ -210,7 +213,8 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
 # ---------------------------------------------------------------------------------------------- training.init_from
 def init_policy_path(cfg: Config) -> Path:
     """training.init_from with ``{seed}`` replaced by system.seed: a checkpoint, an exported policy folder, or, when
-    no such path exists, the name of a policy shipped with the package (``adaptive_ir/policies/<name>``)."""
+    no such path exists, the name of a policy shipped with the package or kept in the repository
+    (``resolve_policy``)."""
     init_from = cfg.training.init_from
     assert init_from is not None, "called only when training.init_from is set"
     return resolve_policy(init_from.replace("{seed}", str(cfg.system.seed)))
@@ -221,7 +225,8 @@ def require_init_policy(cfg: Config) -> Path:
     path = init_policy_path(cfg)
     if not path.exists():
         raise CheckpointError(f"training.init_from: {path} not found, and no shipped policy has that name (shipped: "
-                              f"{', '.join(shipped_policies()) or 'none'}); train the source run first (e.g. "
+                              f"{', '.join(shipped_policies()) or 'none'}), nor {RELEASE_DIR} of a repository "
+                              "checkout (run from its root); train the source run first (e.g. "
                               f"adaptive-ir compare --config <source> --seeds {cfg.system.seed}), or point init_from "
                               "at a checkpoint or an exported policy folder")
     return path

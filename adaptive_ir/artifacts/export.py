@@ -1,7 +1,8 @@
 """A policy on its own: ``policy.safetensors`` (the network's weights, no pickle) + ``policy.json`` (its spec, the
 identity of the data it was trained on, the sha256 of the weights file, where it came from and the config it was
 trained with) + ``README.md`` (a short model card). ``adaptive-ir export`` writes one from a checkpoint;
-``training.init_from`` reads one (a folder path, or the name of a policy shipped in ``adaptive_ir/policies``).
+``training.init_from`` reads one (a folder path, or the name of a policy shipped in ``adaptive_ir/policies`` or kept
+in the repository's ``release/policies``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,21 @@ from adaptive_ir.config.stages import STAGE_DESCRIPTIONS, stage_named
 
 WEIGHTS, SPEC, CARD = "policy.safetensors", "policy.json", "README.md"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies"
-"""Policies shipped inside the package (the NFCorpus policies the small collections' configs start from)."""
+"""Policies shipped inside the package: the ones a user picks (``policies/README.md`` says when)."""
+RELEASE_DIR = Path("release") / "policies"
+"""Policies kept in the repository, not in the wheel (a release asset): the replicas the tables were made with
+(the NFCorpus policies of every seed the small collections' configs start from, ...). Found by name from a
+checkout's root or beside the package's own checkout; elsewhere rebuilt by the command their cards name."""
 
 
 def shipped_policies() -> list[str]:
     return sorted(p.name for p in SHIPPED_DIR.glob("*") if (p / SPEC).is_file())
+
+
+def release_dirs() -> list[Path]:
+    """Where policies named but not shipped are looked for: ``release/policies`` under the working directory, then
+    under the checkout the package runs from (an editable install)."""
+    return list(dict.fromkeys([Path.cwd() / RELEASE_DIR, Path(__file__).resolve().parents[2] / RELEASE_DIR]))
 
 
 def export_policy(state: dict, spec: dict, data: dict, folder: str | Path, source: str,
@@ -151,4 +162,5 @@ def read_export(folder: str | Path) -> tuple[dict, str]:
     return {**meta, "model": load(weights)}, digest
 
 
-__all__ = ["export_policy", "read_export", "shipped_policies", "model_card", "SHIPPED_DIR"]
+__all__ = ["export_policy", "read_export", "release_dirs", "shipped_policies", "model_card", "RELEASE_DIR",
+           "SHIPPED_DIR"]
