@@ -293,9 +293,10 @@ def _config_keys(cfg) -> dict:
 
 def test_a_local_path_wins_over_a_shipped_name_and_a_missing_one_fails_before_any_precompute(tmp_path,
                                                                                             monkeypatch):
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(REPO)
     cfg = load_config("scifact", {"system.seed": "1"})
-    assert init_policy_path(cfg) == REPO / RELEASE_DIR / "nfcorpus-seed-1"  # beside the package's own checkout
+    assert init_policy_path(cfg) == REPO / RELEASE_DIR / "nfcorpus-seed-1"  # from the checkout's root
+    monkeypatch.chdir(tmp_path)
     Path("nfcorpus-seed-1").mkdir()
     assert init_policy_path(cfg) == Path("nfcorpus-seed-1")
     cfg = load_config("scifact", {"system.seed": "7", "data.data_dir": str(tmp_path / "nowhere")})
