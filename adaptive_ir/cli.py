@@ -12,6 +12,10 @@ from typing import Any, cast
 
 from adaptive_ir.config.stages import FIRST_STAGES, STAGE_DESCRIPTIONS
 
+DESCRIPTION = ("Train, evaluate and apply query-reformulation agents: adaptive-ir COMMAND --help tells more. "
+               "train_optimized.py runs 'adaptive-ir train'.")
+"""What ``adaptive-ir --help`` says (plain text: argparse prints it as it is)."""
+
 OOM_ADVICE = ("CUDA out of memory. Lower training.collect_batch_size (episodes per forward) and "
               "training.batch_size (PPO minibatch), then keep AMP on (training.use_amp: true).")
 
@@ -41,7 +45,7 @@ def _first_stage(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from adaptive_ir import __version__
 
-    ap = argparse.ArgumentParser(prog="adaptive-ir", description=__doc__)
+    ap = argparse.ArgumentParser(prog="adaptive-ir", description=DESCRIPTION)
     ap.add_argument("--version", action="version", version=f"adaptive-ir {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 

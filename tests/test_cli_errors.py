@@ -269,3 +269,13 @@ def test_tsv_garbage_gives_a_collection_or_a_data_error(tmp_path, which, garbage
         load_msmarco(ms)
     except AdaptiveIRError:
         pass
+
+
+@pytest.mark.parametrize("command", [None, "train", "evaluate", "compare", "oracle", "reformulate", "export"])
+def test_help_is_plain_text(command, capsys):
+    # argparse prints descriptions and help strings as they are: no reST markup from docstrings
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"] if command else ["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith("usage: adaptive-ir")
+    assert "``" not in out and ":func:" not in out
