@@ -137,7 +137,7 @@ class SemanticFeedback:
 
     Still "the documents BM25 first retrieves" (only documents sharing a word with the query are eligible), but
     ordered by a model that also reads what the words mean: on the train and dev splits of SciFact, Cranfield
-    and CISI, RM3 over these 5 documents beat RM3 over BM25's top 5 (docs/effectiveness.md).
+    and CISI, RM3 over these 5 documents beat RM3 over BM25's top 5 (docs/results/earlier-rounds.md).
     """
 
     def __init__(self, doc_vectors: np.ndarray, depth: int, identity: dict):
