@@ -132,8 +132,9 @@ def evaluate_config(cfg: Config, source: SavedPolicy | None, split: str, baselin
     from adaptive_ir.rl.workspace import Workspace
 
     device = torch.device(resolve_device(cfg.system.device))
-    # only the evaluated split's judgments are read (with split dev the test qrels stay unopened)
-    ws = Workspace(cfg, device, progress=progress, splits=(split,))
+    # only the evaluated split's judgments are read (with split dev the test qrels stay unopened); the baselines
+    # alone need no embedding model
+    ws = Workspace(cfg, device, progress=progress, splits=(split,), embed=source is not None or oracle)
     agent = amp = origin = None
     if source is not None:
         agent, amp, origin = load_agent(source, cfg, ws, device, portable=portable)

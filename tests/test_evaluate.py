@@ -143,10 +143,29 @@ def test_rm3_reads_documents_only_where_a_tie_decides_the_pruning():
     assert calls == []
 
 
+@pytest.mark.parametrize("kind, stemmer", [("bm25s", "none"), ("lucene", "porter")])
+def test_first_positions_give_the_order_of_the_texts_read_again(kind, stemmer):
+    # the index keeps where each term first occurs in its document: the order RM3's ties follow, which an index
+    # saved without it reads from the texts again
+    from adaptive_ir.data import make_default
+    from adaptive_ir.retrieval.analyzer import Analyzer
+
+    coll = make_default()
+    r = Retriever.build(coll, analyzer=Analyzer(kind=kind, stemmer=stemmer))
+    assert r.corpus.first is not None
+    rng = np.random.default_rng(0)
+    lists = [rng.choice(coll.num_docs, size=n, replace=False) for n in (1, 3, 10, 10, 25)] + [np.zeros(0, np.int64)]
+    kept = r.first_occurrences(lists)
+    r.corpus.first = None
+    assert kept == r.first_occurrences(lists) and all(kept[:-1]) and kept[-1] == []
+
+
 def test_rm3_reads_every_feedback_document_in_one_call():
-    # a gzipped corpus is decompressed once per read by position: one read per query would be quadratic
+    # a gzipped corpus is decompressed once per read by position: one read per query would be quadratic (an index
+    # saved before first positions were kept reads the texts again)
     coll = tiny_collection()
     r = Retriever.build(coll)
+    r.corpus.first = None
     calls = []
     r.doc_texts = lambda idx: calls.append(list(idx)) or coll.doc_texts_at(idx)
     texts = ["fox", "quick fox", "lazy dog", "zebra"]
@@ -267,3 +286,47 @@ def test_rm3_expansion_in_chunks_changes_no_number():
     # the query vectors follow their queries into each chunk: reversed queries, reversed expansions
     rev = rm3_expansion(r, terms[::-1], fb_docs=3, feedback=fb, query_vectors=vectors[::-1].copy(), chunk=3)
     assert rev[0] == whole[0][::-1] and rev[1] == whole[1][::-1]
+
+
+@pytest.mark.parametrize("width", [50, 2 ** 45])
+def test_distinct_terms_pack_positions_as_np_unique_reads_them(width):
+    # the index build's one sort (packed keys and positions; np.unique's stable argsort when they cannot be packed)
+    from adaptive_ir.retrieval.analyzer import _distinct_terms
+
+    rng = np.random.default_rng(1)
+    doc_len = rng.integers(0, 40, 30)
+    docs = np.repeat(np.arange(30), doc_len)
+    ids = rng.integers(0, 50, len(docs))
+    keys, first, tf = _distinct_terms(ids, docs, doc_len, width)
+    ref_keys, at, ref_tf = np.unique(docs.astype(np.int64) * width + ids, return_index=True, return_counts=True)
+    starts = np.cumsum(doc_len) - doc_len
+    np.testing.assert_array_equal(keys, ref_keys)
+    np.testing.assert_array_equal(tf, ref_tf)
+    np.testing.assert_array_equal(first, at - starts[docs[at]])
+
+
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k):
+    # choosing among fixed rules reads R@k off the runs' arrays; it must be evaluate_run's (ir-measures') value
+    import ir_measures
+
+    from adaptive_ir.data import make_default
+    from adaptive_ir.evaluation.metrics import CompactRun, drop_excluded, evaluate_run, mean_recall
+
+    coll = make_default()
+    r = Retriever.build(coll)
+    qids, texts, qrels = coll.split("test")
+    qrels = {q: dict(v) for q, v in qrels.items()}
+    qrels[qids[0]] = {d: 0 for d in qrels[qids[0]]}  # judged, nothing relevant: 0
+    qrels[qids[1]][r.doc_ids[0]] = -1  # a negative grade is not relevant
+    scores, idx = r.search(r.encode(texts[:-3]), k=50)  # the last queries have no ranking: 0
+    scores[:, 7] = scores[:, 6]  # a tie
+    run = CompactRun(qids[:-3], r.doc_ids, scores, idx)
+    rng = np.random.default_rng(k)
+    excluded = {q: r.doc_ids[int(d)] for q, d in zip(qids, idx[:, 0]) if rng.random() < 0.5}
+    measure = [ir_measures.parse_measure(f"R@{k}")]
+    for ex in ({}, excluded):
+        expected = evaluate_run(qrels, drop_excluded(run, ex), measure, qids)[f"R@{k}"]
+        assert mean_recall(qrels, run, k, qids, ex) == expected
+        assert mean_recall(qrels, dict(run.items()), k, qids, ex) == expected  # the dict path
+    assert 0 < expected < 1

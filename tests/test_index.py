@@ -334,3 +334,36 @@ def test_a_search_split_among_threads_gives_the_same_keys(monkeypatch):
         torch.set_num_threads(threads)
     assert calls[0] == len(texts) and len(calls) == 4 and sum(calls[1:]) == len(texts)  # one call, then three
     assert torch.equal(one, split)
+
+
+@pytest.mark.parametrize("k", [3, 100])
+def test_prefix_search_equals_a_search_of_each_prefix(k, monkeypatch):
+    """``prefix_topk_keys`` (a fixed rule's rankings for every depth in one pass): each mark's keys are those of a
+    search of the query cut there, pad slots in the middle included, whatever the thread split."""
+    import adaptive_ir.retrieval.index as index_module
+    from adaptive_ir.data import make_default
+    from adaptive_ir.retrieval.retriever import Retriever
+
+    r = Retriever.build(make_default())
+    _, texts, _ = make_default().split("test")
+    rng = np.random.default_rng(0)
+    start = r.encode(texts)
+    vocab = len(r.vocab)
+    # candidates: random terms, a pad (an invalid candidate) now and then, and one of the query's own words
+    added = [[int(t) if rng.random() > 0.2 else r.index.pad_id for t in rng.integers(0, vocab, 10)] for _ in texts]
+    for q, a in zip(start, added):
+        if q:
+            a[4] = q[0]
+    weights = [[1.0 + 0.5 * (i % 2)] * len(q) for i, q in enumerate(start)]
+    marks = [0, 1, 2, 3, 5, 8, 10]
+    monkeypatch.setattr(index_module, "PARALLEL_SEARCH_ROWS", 16)  # split among threads too
+    scores, docs = r.search_prefixes(start, weights, added, 0.5, marks, k)
+    assert scores.shape == (len(texts), len(marks), min(k, r.index.num_docs))
+    for i, j in enumerate(marks):
+        expect_s, expect_d = r.search([q + a[:j] for q, a in zip(start, added)],
+                                      [w + [0.5] * j for w, a in zip(weights, added)], k)
+        np.testing.assert_array_equal(scores[:, i], expect_s)
+        np.testing.assert_array_equal(docs[:, i], expect_d)
+    assert not np.array_equal(scores[:, 0], scores[:, -1])  # the candidates change the rankings
+    with pytest.raises(ValueError, match="must weigh > 0"):
+        r.search_prefixes(start, weights, added, 0.0, marks, k)

@@ -23,8 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import ir_measures
-
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.common.errors import DataError
 from adaptive_ir.config import ANSERINI_STAGE, DEFAULT_STAGE, FIRST_STAGES, Config, first_stage
@@ -36,6 +34,7 @@ from adaptive_ir.evaluation.metrics import (
     bm25_run,
     drop_excluded,
     evaluate_run,
+    mean_recall,
     report_measures,
     rm3_anserini_run,
     rm3_run,
@@ -114,15 +113,18 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
     start, start_weights = ws.start_queries(texts, terms)
     if start_weights is None:
         start_weights = [[1.0] * len(q) for q in start]
-    out = {}
-    for j in depths:
-        added = [[int(t) for t, ok in zip(row[:j], valid[:j]) if ok] for row, valid in zip(cands.terms, cands.valid)]
-        queries = [q + a for q, a in zip(start, added)]
-        for w in levels:
-            scores, idx = ws.retriever.search(queries, [qw + [w] * len(a) for qw, a in zip(start_weights, added)],
-                                              k=cfg.retrieval.top_k)
-            out[(w, j)] = CompactRun(qids, ws.retriever.doc_ids, scores, idx)  # dozens of rules: kept compact
-    return {(w, j): out[(w, j)] for w in levels for j in depths}  # weight-major, as the script prints them
+    # every depth of one weight in one pass over each query's postings: a candidate that is not valid is a pad slot,
+    # which adds nothing, so the first j slots are the valid ones among the first j candidates
+    pad, most = ws.retriever.index.pad_id, max(depths, default=0)
+    added = [[int(t) if ok else pad for t, ok in zip(row[:most], valid[:most])]
+             for row, valid in zip(cands.terms, cands.valid)]
+    out: dict[tuple[float, int], Run] = {}
+    for w in levels:
+        marks = sorted(set(depths))
+        scores, idx = ws.retriever.search_prefixes(start, start_weights, added, w, marks, cfg.retrieval.top_k)
+        for j in depths:  # dozens of rules: kept compact
+            out[(w, j)] = CompactRun(qids, ws.retriever.doc_ids, scores[:, marks.index(j)], idx[:, marks.index(j)])
+    return out  # weight-major, as the script prints them
 
 
 def field_stages(cfg: Config) -> list[str]:
@@ -186,8 +188,8 @@ def fixed_rule_runs(cfg: Config, ws: Workspace, splits: dict[str, tuple[list[str
 def best_method(runs: dict[str, Run], names: list[str], qrels: dict[str, dict[str, int]], excluded: dict[str, str],
                 qids: list[str]) -> str:
     """The one of ``names`` whose run has the higher mean SELECTION_METRIC (the first, on a tie)."""
-    by = [ir_measures.parse_measure(SELECTION_METRIC)]
-    score = {m: evaluate_run(qrels, drop_excluded(runs[m], excluded), by, qids)[SELECTION_METRIC] for m in names}
+    k = int(SELECTION_METRIC.removeprefix("R@"))  # a recall: read off the runs' arrays (``mean_recall``)
+    score = {m: mean_recall(qrels, runs[m], k, qids, excluded) for m in names}
     return max(score, key=score.__getitem__)
 
 

@@ -107,6 +107,29 @@ def evaluate_run(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
     return {name: float(v.mean()) if v.size else 0.0 for name, v in values.items()}
 
 
+def mean_recall(qrels: dict[str, dict[str, int]], run: Run, k: int, qids: list[str],
+                excluded: dict[str, str] | None = None) -> float:
+    """``evaluate_run``'s mean R@k of ``run`` less each query's excluded document (``drop_excluded``), to the
+    last bit: a query's value is the same double, relevant documents (judgment ≥ 1) among the first k over
+    relevant documents, 0 where trec_eval gives 0, and the mean is numpy's over the same values. What choosing
+    among dozens of fixed rules needs, read straight off a ``CompactRun``'s arrays (ir-measures would build every
+    ranking as a dict and sort it again); any other run goes through ``evaluate_run``."""
+    excluded = excluded or {}
+    if not isinstance(run, CompactRun):
+        return evaluate_run(qrels, drop_excluded(run, excluded), [ir_measures.parse_measure(f"R@{k}")],
+                            qids)[f"R@{k}"]
+    values = np.zeros(len(qids))
+    for i, q in enumerate(qids):
+        relevant = {d for d, grade in qrels.get(q, {}).items() if grade >= 1}
+        row = run._pos.get(q)
+        if not relevant or row is None:
+            continue
+        ranked = run._idx[row][run._keep[row]][:k + 1].tolist()
+        names = [run.doc_ids[d] for d in ranked if run.doc_ids[d] != excluded.get(q)][:k]
+        values[i] = sum(name in relevant for name in names) / len(relevant)
+    return float(values.mean()) if values.size else 0.0
+
+
 def read_trec_run(path: str | Path) -> Run:
     """A TREC run file as ``{qid: {docid: score}}``."""
     run: dict[str, dict[str, float]] = {}

@@ -18,7 +18,7 @@ import itertools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,6 +265,8 @@ class Vocabulary:
 
 
 _ARRAYS = ("doc_len", "doc_indptr", "doc_terms", "doc_tf")
+_FIRST = "doc_first"
+"""The optional array of first positions (indexes saved before it was kept have none)."""
 
 
 @dataclass
@@ -281,6 +283,10 @@ class CorpusTerms:
     """(postings,) int32 term ids."""
     tf: np.ndarray
     """(postings,) term counts, uint16 (uint32 when a count exceeds 65,535)."""
+    first: np.ndarray | None = None
+    """(postings,) where the term first occurs in the document (its token position), uint16 (uint32 past 65,535):
+    the order in which a reader meets a document's terms, which RM3's ties follow, without reading the text
+    again. None for an index saved before it was kept."""
 
     @classmethod
     def build(cls, chunks: Iterable[list[str]], analyzer: Analyzer, num_docs: int | None = None,
@@ -289,7 +295,7 @@ class CorpusTerms:
         as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document."""
         table = _TermTable(analyzer) if analyzer.kind == "bm25s" else _StandardTable(analyzer)
         stems = _Stems() if analyzer.stemmer != "none" else None
-        parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": []}
+        parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": [], "first": []}
         with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
             for chunk in chunks:
                 if isinstance(chunk, str):
@@ -301,12 +307,14 @@ class CorpusTerms:
                     # one sort turns tokens into (document, term, count) triples, documents in order and terms
                     # ascending within each document
                     width = len(table) if stems is None else len(stems)
-                    keys, tf = np.unique(docs.astype(np.int64) * width + ids, return_counts=True)
+                    doc_len = np.bincount(docs, minlength=len(texts))
+                    keys, first, tf = _distinct_terms(ids, docs, doc_len, width)
                     doc_of = keys // width
-                    parts["doc_len"].append(np.bincount(docs, minlength=len(texts)).astype(np.float32))
+                    parts["doc_len"].append(doc_len.astype(np.float32))
                     parts["distinct"].append(np.bincount(doc_of, minlength=len(texts)))
                     parts["terms"].append((keys - doc_of * width).astype(np.int32))
-                    parts["tf"].append(tf.astype(np.uint16 if tf.size == 0 or tf.max() < 2 ** 16 else np.uint32))
+                    parts["tf"].append(_small(tf))
+                    parts["first"].append(_small(first))
                 bar.update(len(chunk))
         terms, surface = table.terms(), None
         if stems is not None:
@@ -316,7 +324,8 @@ class CorpusTerms:
         indptr = np.zeros(len(distinct) + 1, dtype=np.int64)
         np.cumsum(distinct, out=indptr[1:])
         return cls(vocab=Vocabulary.from_terms(terms, surface), doc_len=_concat(parts.pop("doc_len"), np.float32),
-                   indptr=indptr, terms=_concat(parts.pop("terms"), np.int32), tf=_concat(parts.pop("tf")))
+                   indptr=indptr, terms=_concat(parts.pop("terms"), np.int32), tf=_concat(parts.pop("tf")),
+                   first=_concat(parts.pop("first")))
 
     @property
     def num_docs(self) -> int:
@@ -360,6 +369,8 @@ class CorpusTerms:
         folder = Path(folder)
         for name, array in zip(_ARRAYS, (self.doc_len, self.indptr, self.terms, self.tf)):
             atomic_save_npy(folder / f"{name}.npy", array)
+        if self.first is not None:
+            atomic_save_npy(folder / f"{_FIRST}.npy", self.first)
         atomic_write_bytes(folder / "vocab.json", json.dumps(self.vocab.terms, ensure_ascii=False).encode("utf-8"))
         if self.vocab.surface_forms is not None:
             atomic_write_bytes(folder / "surface.json",
@@ -369,10 +380,26 @@ class CorpusTerms:
     def load(cls, folder: str | Path, mmap: bool = True) -> CorpusTerms:
         folder = Path(folder)
         arrays = [np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS]
+        first = folder / f"{_FIRST}.npy"
         surface = folder / "surface.json"
         vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")),
                                       json.loads(surface.read_text(encoding="utf-8")) if surface.is_file() else None)
-        return cls(vocab, *arrays)
+        doc_len, indptr, terms, tf = arrays
+        return cls(vocab, doc_len, indptr, terms, tf,
+                   np.load(first, mmap_mode="r" if mmap else None) if first.is_file() else None)
+
+    def first_occurrences(self, doc_lists: Sequence[np.ndarray]) -> list[list[int]]:
+        """For each list of documents, their distinct term ids in the order a reader meets them: document by
+        document in the given order, each document's terms by first position (``first``, which must be kept)."""
+        assert self.first is not None, "an index saved before first positions were kept"
+        out = []
+        for docs in doc_lists:
+            pos, offsets = self.postings(np.asarray(docs, dtype=np.int64))
+            which = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+            met = self.terms[pos][np.lexsort((self.first[pos], which))]
+            _, at = np.unique(met, return_index=True)
+            out.append(met[np.sort(at)].tolist())
+        return out
 
 
 def _by_size(texts: list[str]) -> Iterable[list[str]]:
@@ -382,6 +409,29 @@ def _by_size(texts: list[str]) -> Iterable[list[str]]:
     cuts = np.searchsorted(ends, np.arange(_ANALYZE_CHARS, ends[-1] if len(ends) else 0, _ANALYZE_CHARS), "left")
     bounds = [0, *dict.fromkeys(c for c in (cuts + 1).tolist() if c < len(texts)), len(texts)]
     return (texts[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo)
+
+
+def _distinct_terms(ids: np.ndarray, docs: np.ndarray, doc_len: np.ndarray, width: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keys ``doc · width + term`` ascending, each one's first position in its document, its count) of a run of
+    tokens given document by document. One in-place sort of (key, position) packed in an int64, as fast as the
+    sort ``np.unique`` makes for the keys alone; a run too large to pack takes ``np.unique``'s stable argsort."""
+    pos = np.arange(len(ids), dtype=np.int64) - np.repeat(np.cumsum(doc_len) - doc_len, doc_len)
+    span = int(doc_len.max(initial=0)) + 1
+    if len(doc_len) * width * span >= 2 ** 62:
+        keys, at, tf = np.unique(docs.astype(np.int64) * width + ids, return_index=True, return_counts=True)
+        return keys, pos[at], tf
+    packed = (docs.astype(np.int64) * width + ids) * span + pos
+    packed.sort()
+    pair = packed // span
+    starts = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]])) if len(pair) else np.zeros(0, np.int64)
+    keys = pair[starts]
+    return keys, packed[starts] - keys * span, np.diff(np.append(starts, len(pair)))
+
+
+def _small(counts: np.ndarray) -> np.ndarray:
+    """Non-negative integers as uint16, or uint32 when one exceeds 65,535."""
+    return counts.astype(np.uint16 if counts.size == 0 or counts.max() < 2 ** 16 else np.uint32)
 
 
 def _concat(parts: list[np.ndarray], dtype=None) -> np.ndarray:

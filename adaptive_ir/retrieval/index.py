@@ -370,18 +370,43 @@ class BM25Index:
             return torch.from_numpy(out)
         return self.topk_keys_torch(terms, weights, k, max_cells)
 
-    def _search_rows(self, terms: np.ndarray, weights: np.ndarray, k: int, out: np.ndarray) -> None:
-        """``kernels.search_topk`` over the rows, split among torch's threads when there are many (the kernel
-        releases the GIL; each row is searched alone, so the split changes no number)."""
-        arrays = (self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.num_docs)
-        parts = min(torch.get_num_threads(), terms.shape[0] // PARALLEL_SEARCH_ROWS)
+    def prefix_topk_keys(self, terms: torch.Tensor, weights: torch.Tensor, start: int, marks: list[int],
+                         k: int = 100) -> torch.Tensor:
+        """(B, len(marks), k) ranking keys: ``[:, i]`` is ``topk_keys`` of every row cut after its first
+        ``start + marks[i]`` slots (padding slots add nothing). The rows of a fixed rule that adds its first j
+        candidates, for every j at once: on the CPU one pass over each row's postings (``kernels.search_prefixes``;
+        the slots after ``start`` must weigh > 0), elsewhere one search per mark."""
+        k = min(k, self.num_docs)
+        if self.device.type != "cpu":
+            return torch.stack([self.topk_keys(terms[:, :start + j], weights[:, :start + j], k) for j in marks], 1)
+        out = np.full((terms.shape[0], len(marks), k), -1, np.int64)
+        if terms.shape[0] and k and marks:
+            t, w = terms.numpy(), weights.numpy().astype(np.float32, copy=False)
+            if (w[:, start:] <= 0).any():
+                raise ValueError("prefix_topk_keys: the slots after start must weigh > 0 (scores only rise)")
+            m = np.asarray(marks, np.int64)
+            arrays = (self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.num_docs)
+            self._rows_in_threads(len(t), lambda lo, hi: kernels.search_prefixes(
+                *arrays, t[lo:hi], w[lo:hi], start, m, k, out[lo:hi]))
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def _rows_in_threads(rows: int, run) -> None:
+        """``run(lo, hi)`` over row ranges split among torch's threads when there are many rows (the kernels
+        release the GIL; each row is searched alone, so the split changes no number)."""
+        parts = min(torch.get_num_threads(), rows // PARALLEL_SEARCH_ROWS)
         if parts <= 1:
-            kernels.search_topk(*arrays, terms, weights, k, out)
+            run(0, rows)
             return
-        bounds = np.linspace(0, terms.shape[0], parts + 1).astype(int).tolist()
+        bounds = np.linspace(0, rows, parts + 1).astype(int).tolist()
         with ThreadPoolExecutor(parts) as pool:
-            list(pool.map(lambda lo, hi: kernels.search_topk(*arrays, terms[lo:hi], weights[lo:hi], k, out[lo:hi]),
-                          bounds[:-1], bounds[1:]))
+            list(pool.map(run, bounds[:-1], bounds[1:]))
+
+    def _search_rows(self, terms: np.ndarray, weights: np.ndarray, k: int, out: np.ndarray) -> None:
+        """``kernels.search_topk`` over the rows (``_rows_in_threads``)."""
+        arrays = (self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.num_docs)
+        self._rows_in_threads(terms.shape[0], lambda lo, hi: kernels.search_topk(*arrays, terms[lo:hi],
+                                                                                 weights[lo:hi], k, out[lo:hi]))
 
     def topk_keys_torch(self, terms: torch.Tensor, weights: torch.Tensor | None = None, k: int = 100,
                         max_cells: int | None = None) -> torch.Tensor:

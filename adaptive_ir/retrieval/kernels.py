@@ -87,6 +87,66 @@ def search_topk(indptr, indices, data, num_docs, terms, weights, k, out):
 
 
 @njit(nogil=True, cache=True)
+def search_prefixes(indptr, indices, data, num_docs, terms, weights, start, marks, k, out):
+    """``out[r, i]`` = the top-k keys of query row r cut after ``start + marks[i]`` slots: the rankings of one
+    query growing a slot at a time (a fixed rule adding its first j candidates), each equal to ``search_topk`` of
+    that prefix, for the cost of one search of the whole row. ``marks`` ascending, each ≤ ``terms.shape[1] -
+    start``; the slots after ``start`` must have weights > 0 (scores only rise, ``_step``)."""
+    acc = np.zeros(num_docs, np.float32)
+    bits = acc.view(np.int32)
+    seen = np.zeros(num_docs, np.bool_)
+    width, longest = 0, 0
+    for r in range(terms.shape[0]):
+        total = 0
+        for j in range(terms.shape[1]):
+            n = indptr[terms[r, j] + 1] - indptr[terms[r, j]]
+            total += n
+            if j >= start:
+                longest = max(longest, n)
+        width = max(width, total)
+    touched = np.empty(width, np.int64)
+    keys = np.empty(width, np.int64)
+    pool = np.empty(longest + k, np.int64)
+    saved = np.empty(0, np.float32)
+    cur = np.empty(k, np.int64)
+    for r in range(terms.shape[0]):
+        n = 0
+        for j in range(start):
+            t, w = terms[r, j], weights[r, j]
+            for p in range(indptr[t], indptr[t + 1]):
+                d = np.int64(indices[p])
+                touched[n] = d
+                n += 1
+                acc[d] += w * data[p]
+        m = 0
+        for i in range(n):
+            d = touched[i]
+            if acc[d] > 0 and not seen[d]:
+                seen[d] = True
+                keys[m] = _key(bits[d], d)
+                m += 1
+        for i in range(n):
+            seen[touched[i]] = False
+        _best_distinct(keys[:m], k, cur)
+        mark = 0
+        while mark < marks.shape[0] and marks[mark] == 0:
+            out[r, mark] = cur
+            mark += 1
+        for c in range(terms.shape[1] - start):
+            t = terms[r, start + c]
+            if indptr[t + 1] > indptr[t]:
+                _step(acc, indptr, indices, data, t, weights[r, start + c], np.int64(-1), cur, cur, pool, saved, False)
+                for p in range(indptr[t], indptr[t + 1]):
+                    touched[n] = np.int64(indices[p])
+                    n += 1
+            while mark < marks.shape[0] and marks[mark] == c + 1:
+                out[r, mark] = cur
+                mark += 1
+        for i in range(n):
+            acc[touched[i]] = np.float32(0.0)
+
+
+@njit(nogil=True, cache=True)
 def lanes_clear(indptr, indices, lanes, rows, terms):
     """Zero ``lanes[rows[i]]`` wherever a term of ``terms[i]`` has a posting (the cells an episode touched)."""
     for i in range(rows.shape[0]):

@@ -26,7 +26,7 @@ from adaptive_ir.common.errors import DataError
 from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
-from adaptive_ir.retrieval.index import BM25Index
+from adaptive_ir.retrieval.index import BM25Index, key_docs, key_scores
 
 if TYPE_CHECKING:
     from adaptive_ir.data import Collection
@@ -146,8 +146,11 @@ class Retriever:
 
     def first_occurrences(self, doc_lists: Sequence[Sequence[int] | np.ndarray]) -> list[list[int]]:
         """For each list of documents, the distinct term ids of those documents (read in the given order), in order
-        of first appearance. Every document is read once, in one call to ``doc_texts``: a gzipped corpus is
-        decompressed once for the whole batch, not once per list."""
+        of first appearance: from the index's first positions (``CorpusTerms.first``) or, for an index saved
+        without them, from the texts read again, every document once, in one call to ``doc_texts`` (a gzipped corpus
+        is decompressed once for the whole batch, not once per list)."""
+        if self.corpus.first is not None:
+            return self.corpus.first_occurrences([np.asarray(docs, dtype=np.int64).ravel() for docs in doc_lists])
         if self.doc_texts is None:
             raise ValueError("this Retriever was built without access to the document texts")
         lists = [np.asarray(docs, dtype=np.int64).ravel() for docs in doc_lists]
@@ -172,6 +175,23 @@ class Retriever:
         ids, w = self.index.pad(queries, weights)
         scores, idx = self.index.search(ids, w if weights is not None else None, k=k)
         return scores.cpu().numpy(), idx.cpu().numpy()
+
+    def search_prefixes(self, start: list[list[int]], start_weights: list[list[float]], added: list[list[int]],
+                        added_weight: float, marks: list[int], k: int = 100) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, doc indices), each (B, len(marks), k), of every query ``start[i]`` (its weights) plus the
+        terms of ``added[i][:j]`` at ``added_weight`` > 0, for each j of ``marks``: ``search`` of each of those
+        queries, in one pass over each query's postings (``BM25Index.prefix_topk_keys``). A term of ``added``
+        that is the index's pad id adds nothing but still counts as a slot."""
+        ids, w = self.index.pad(start, start_weights)
+        width = max(1, max((len(a) for a in added), default=1), max(marks, default=0))
+        extra = torch.full((len(added), width), self.index.pad_id, dtype=torch.long)
+        for i, a in enumerate(added):
+            if a:
+                extra[i, :len(a)] = torch.as_tensor(a, dtype=torch.long)
+        terms = torch.cat([ids, extra.to(ids.device)], 1)
+        weights = torch.cat([w, torch.full(extra.shape, added_weight, dtype=torch.float32, device=w.device)], 1)
+        keys = self.index.prefix_topk_keys(terms, weights, ids.shape[1], marks, k)
+        return key_scores(keys).cpu().numpy(), key_docs(keys).cpu().numpy()
 
 
 def index_folder(cache_dir: str | Path, corpus_sha256: str, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",

@@ -104,8 +104,16 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     if num_docs is None:
         num_docs = int(np.count_nonzero(corpus.doc_len))
     df = np.bincount(corpus.terms, minlength=len(vocab))
-    ratio_ok = (df.astype(np.float32) / np.float32(max(num_docs, 1))) <= np.float32(max_df_ratio)
     terms_of = vocab.terms
+    # which terms a document vector may hold, and each one's place in Java's String order (the ties of a pruning):
+    # once per call, so that a document's vector is a few array operations, however long the document
+    eligible = (df.astype(np.float32) / np.float32(max(num_docs, 1))) <= np.float32(max_df_ratio)
+    eligible &= np.fromiter((2 <= len(t) <= 20 and (not filter_terms or _ALNUM.fullmatch(t) is not None)
+                             for t in terms_of), dtype=bool, count=len(terms_of))
+    string_rank = np.zeros(len(terms_of), np.int64)
+    kept = np.flatnonzero(eligible)
+    string_rank[kept[np.argsort(np.array([terms_of[t] for t in kept.tolist()], dtype=object), kind="stable")]] = \
+        np.arange(len(kept))
     tokens = [retriever.analyzer.tokenize(t) for t in texts]
     query_ids = [vocab.encode(t) for t in tokens]
     depth = max(fb_docs, ANSERINI_RERANK_CUTOFF)
@@ -120,31 +128,27 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
         r = q % chunk
         hits = [(float(s), str(doc_ids[d]), int(d)) for s, d, ok in zip(all_scores[r], all_docs[r], valid[r]) if ok]
         hits.sort(key=lambda h: (-h[0], h[1]))
-        vectors: list[dict[str, np.float32]] = []
+        vectors: list[tuple[np.ndarray, np.ndarray]] = []  # per document: its pruned terms, their counts (float32)
         scores: list[np.float32] = []
         for hit_score, _, d in hits[:fb_docs]:
             lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
-            vec: dict[str, np.float32] = {}
-            for t, tf in zip(corpus.terms[lo:hi].tolist(), corpus.tf[lo:hi].tolist()):
-                term = terms_of[t]
-                if len(term) < 2 or len(term) > 20:
-                    continue
-                if filter_terms and not _ALNUM.fullmatch(term):
-                    continue
-                if not ratio_ok[t]:
-                    continue
-                vec[term] = np.float32(tf)
-            vectors.append(_prune(vec, fb_terms))
+            ids = np.asarray(corpus.terms[lo:hi], dtype=np.int64)
+            tf = np.asarray(corpus.tf[lo:hi], dtype=np.int64)
+            keep = eligible[ids]
+            ids, tf = ids[keep], tf[keep]
+            top = np.lexsort((string_rank[ids], -tf))[:fb_terms]  # the most frequent, ties by the term
+            vectors.append((ids[top], tf[top].astype(np.float32)))
             scores.append(np.float32(hit_score))
-        norms = [np.float32(sum(float(v) for v in vec.values())) for vec in vectors]
-        vocab_fb = {t for vec in vectors for t in vec}
-        rm: dict[str, np.float32] = {}
-        for term in vocab_fb:
-            w = np.float32(0.0)
-            for vec, norm, doc_score in zip(vectors, norms, scores):
-                if norm > np.float32(0.001):
-                    w = np.float32(w + np.float32(vec.get(term, np.float32(0.0)) / norm) * doc_score)
-            rm[term] = w
+        # counts are whole numbers: their sum is exact in any order
+        norms = [np.float32(float(tf.sum(dtype=np.float64))) for _, tf in vectors]
+        fb_ids = np.unique(np.concatenate([ids for ids, _ in vectors])) if vectors else np.zeros(0, np.int64)
+        weight = np.zeros(len(fb_ids), np.float32)
+        for (ids, tf), norm, doc_score in zip(vectors, norms, scores):
+            if norm > np.float32(0.001):  # each step rounded to float as Java's does, document by document
+                v = np.zeros(len(fb_ids), np.float32)
+                v[np.searchsorted(fb_ids, ids)] = tf
+                weight = weight + (v / norm) * doc_score
+        rm: dict[str, np.float32] = {terms_of[t]: w for t, w in zip(fb_ids.tolist(), weight)}
         rm = _prune(rm, fb_terms)
         if rm and sum(float(v) for v in rm.values()) > 0:
             rm = _unit_l1(rm)
