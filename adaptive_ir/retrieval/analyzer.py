@@ -414,19 +414,27 @@ def _by_size(texts: list[str]) -> Iterable[list[str]]:
 def _distinct_terms(ids: np.ndarray, docs: np.ndarray, doc_len: np.ndarray, width: int
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keys ``doc · width + term`` ascending, each one's first position in its document, its count) of a run of
-    tokens given document by document. One in-place sort of (key, position) packed in an int64, as fast as the
-    sort ``np.unique`` makes for the keys alone; a run too large to pack takes ``np.unique``'s stable argsort."""
-    pos = np.arange(len(ids), dtype=np.int64) - np.repeat(np.cumsum(doc_len) - doc_len, doc_len)
-    span = int(doc_len.max(initial=0)) + 1
-    if len(doc_len) * width * span >= 2 ** 62:
+    tokens given document by document. One in-place sort of key and position packed in an int64 (shifts and masks,
+    no division), as fast as the sort ``np.unique`` makes of the keys alone; a run too large to pack takes
+    ``np.unique``'s stable argsort."""
+    pos = np.arange(len(ids), dtype=np.int64)
+    pos -= np.repeat(np.cumsum(doc_len) - doc_len, doc_len)
+    bits = int(doc_len.max(initial=0)).bit_length()
+    if (len(doc_len) * width) >> (62 - bits):
         keys, at, tf = np.unique(docs.astype(np.int64) * width + ids, return_index=True, return_counts=True)
         return keys, pos[at], tf
-    packed = (docs.astype(np.int64) * width + ids) * span + pos
+    packed = docs.astype(np.int64)
+    packed *= width
+    packed += ids
+    packed <<= bits
+    packed |= pos
     packed.sort()
-    pair = packed // span
-    starts = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]])) if len(pair) else np.zeros(0, np.int64)
-    keys = pair[starts]
-    return keys, packed[starts] - keys * span, np.diff(np.append(starts, len(pair)))
+    pair = packed >> bits
+    new = np.empty(len(pair), dtype=bool)
+    new[:1] = True
+    np.not_equal(pair[1:], pair[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    return pair[starts], packed[starts] & ((1 << bits) - 1), np.diff(np.append(starts, len(pair)))
 
 
 def _small(counts: np.ndarray) -> np.ndarray:
