@@ -1,0 +1,68 @@
+"""The whole ``adaptive-ir evaluate --baselines`` on a large collection, from empty caches: wall time, peak RSS and
+each phase, as a new user runs it (the field's rows over both first stages, on the split and on dev).
+
+    python benchmarks/evaluate_baselines.py --data-dir <folder> --label after \
+        --json benchmarks/results/evaluate_baselines_wiki_articles.json
+
+The command runs in a process of its own under ``/usr/bin/time -v`` (its peak RSS is the command's own), in a fresh
+temporary folder; ``--label`` names the entry written into ``--json`` (other labels there are kept, so before and
+after sit side by side). Run it with another checkout on ``PYTHONPATH`` for a before/after on the same machine.
+The collection of the README's figure: ``benchmarks/wiki_articles.py`` (258,288 Wikipedia articles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+COMMAND = ["evaluate", "--config", "cranfield", "--set", "candidate_mining.feedback=bm25", "--set",
+           "candidate_mining.stem_variants=false", "--baselines", "--no-progress"]
+"""The issue's command: Cranfield's config (the engine's default first stage) on the large collection."""
+PHASE = re.compile(r"phase (.+?): ([0-9.]+ s|[0-9]+ min [0-9]+ s) \(peak RSS ([0-9.]+) GiB\)")
+
+
+def seconds(text: str) -> float:
+    """'2 min 03 s' or '34.5 s' as seconds."""
+    parts = re.findall(r"([0-9.]+) (min|s)", text)
+    return sum(float(v) * (60 if unit == "min" else 1) for v, unit in parts)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", required=True, help="a BEIR folder (benchmarks/wiki_articles.py makes the large one)")
+    p.add_argument("--label", required=True, help="the entry's name in --json (e.g. before, after)")
+    p.add_argument("--json", required=True, help="results file; entries of other labels are kept")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="adaptive-ir-evaluate-") as work:
+        cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "adaptive_ir.cli", *COMMAND, "--data-dir",
+               str(Path(args.data_dir).resolve()), "--set", f"training.output_dir={work}/runs/x"]
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        sys.exit(f"the command failed ({proc.returncode}):\n{log[-3000:]}")
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([0-9.]+)", log)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log)
+    assert wall and rss, "no /usr/bin/time -v report"
+    entry = {"wall_s": round(int(wall[1] or 0) * 3600 + int(wall[2]) * 60 + float(wall[3]), 1),
+             "peak_rss_gib": round(int(rss[1]) / 2 ** 20, 2),
+             "phases": [{"phase": m[1], "seconds": seconds(m[2]), "peak_rss_gib_so_far": float(m[3])}
+                        for m in PHASE.finditer(log)],
+             "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+             "pythonpath": os.environ.get("PYTHONPATH")}
+    out = Path(args.json)
+    results = json.loads(out.read_text()) if out.is_file() else {}
+    results["command"] = "adaptive-ir " + " ".join(COMMAND[:-1]) + " --data-dir <folder>  (from empty caches)"
+    results[args.label] = entry
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps({args.label: {k: v for k, v in entry.items() if k != "phases"}}))
+
+
+if __name__ == "__main__":
+    main()
