@@ -44,3 +44,33 @@ def test_sample_split_keeps_a_seeded_sample_in_order_with_its_judgments(tmp_path
     assert texts == [collection.queries["train"][q] for q in kept] and kept_qrels == {q: qrels[q] for q in kept}
     assert capped.queries["test"] == collection.queries["test"]  # other splits untouched
     assert sample_split(collection, "train", 1000, seed=1) is collection
+
+
+def test_a_grown_collection_keeps_the_real_one_and_adds_distractors_of_its_statistics(tmp_path):
+    from adaptive_ir.data.synthetic import DISTRACTOR_PREFIX, grow_beir
+
+    source = write_synthetic_beir(tmp_path / "src", SyntheticSettings(300, vocab=2000, train_queries=20,
+                                                                     test_queries=10, seed=2))
+    (source / "qrels" / "dev.tsv").write_text((source / "qrels" / "test.tsv").read_text())  # every split goes
+    settings = grow_beir(source, tmp_path / "big", 1000, seed=7)
+    big = tmp_path / "big"
+    assert settings["real_docs"] == 300 and settings["num_docs"] == 1000
+    lines = (big / "corpus.jsonl").read_bytes().splitlines(keepends=True)
+    real = (source / "corpus.jsonl").read_bytes()
+    assert b"".join(lines[:300]) == real and len(lines) == 1000  # the real documents first, byte for byte
+    for name in ("queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "qrels/dev.tsv"):
+        assert (big / name).read_bytes() == (source / name).read_bytes()
+    added = [json.loads(line) for line in lines[300:]]
+    assert [d["_id"] for d in added] == [f"{DISTRACTOR_PREFIX}{i}" for i in range(700)]
+    real_docs = [json.loads(line)["text"] for line in real.decode().splitlines()]
+    real_words = {w for t in real_docs for w in t.split()}
+    real_lengths = {len(t.split()) for t in real_docs}
+    assert all(set(d["text"].split()) <= real_words and len(d["text"].split()) in real_lengths for d in added)
+    assert not {d["text"] for d in added} & set(real_docs)  # drawn word by word, never a real paragraph
+    top = Counter(w for d in added for w in d["text"].split()).most_common(1)[0][0]
+    assert top == Counter(w for t in real_docs for w in t.split()).most_common(1)[0][0]  # its frequencies
+    assert "not a new benchmark" in (big / "README.md").read_text()
+    grown = load_beir(big)
+    assert grown.num_docs == 1000 and grown.qrels["test"] == load_beir(source).qrels["test"]
+    again = grow_beir(source, tmp_path / "again", 1000, seed=7)
+    assert (tmp_path / "again" / "corpus.jsonl").read_bytes() == (big / "corpus.jsonl").read_bytes() and again
