@@ -277,7 +277,7 @@ def test_lsa_fit_is_cached_by_corpus_content_dimension_and_seed(tiny_corpus, tmp
     monkeypatch.setattr(LSAEmbedder, "_fit", staticmethod(lambda *a: fits.append(a[1:]) or real(*a)))
     first = LSAEmbedder(corpus, analyzer, dim=4, seed=3, cache_dir=tmp_path, corpus_key="sha-a")
     again = LSAEmbedder(corpus, analyzer, dim=4, seed=3, cache_dir=tmp_path, corpus_key="sha-a")
-    assert fits == [(4, 3)]  # the second one read the fit back
+    assert fits == [(4, 3, corpus.num_docs)]  # the second one read the fit back
     for emb in (first, again):
         assert emb.identity == plain.identity and np.array_equal(emb.encode(texts), plain.encode(texts))
     for other in ({"corpus_key": "sha-b"}, {"dim": 3}, {"seed": 4}):
@@ -290,6 +290,27 @@ def test_lsa_fit_is_cached_by_corpus_content_dimension_and_seed(tiny_corpus, tmp
     caplog.set_level("WARNING")
     LSAEmbedder(corpus, analyzer, dim=4, seed=4, cache_dir=tmp_path, corpus_key="sha-a")
     assert len(fits) == 5 and "LSA fit: cache" in caplog.text and "computing it again" in caplog.text
+
+
+def test_lsa_on_a_large_corpus_is_fitted_on_a_seeded_sample(monkeypatch):
+    import adaptive_ir.mining.embeddings as embeddings
+    from adaptive_ir.data import make_default
+
+    coll = make_default()
+    analyzer = Analyzer()
+    corpus = CorpusTerms.build(coll.iter_doc_texts(), analyzer)
+    whole = LSAEmbedder(corpus, analyzer, dim=8, seed=1)
+    assert "fit_docs" not in whole.identity  # a corpus within the limit: as it always was
+    rows = []
+    monkeypatch.setattr(CorpusTerms, "rows", lambda self, docs: rows.append(docs) or CorpusTerms.matrix(self)[docs])
+    monkeypatch.setattr(embeddings, "LSA_FIT_DOCS", 300)
+    sampled = LSAEmbedder(corpus, analyzer, dim=8, seed=1)
+    again = LSAEmbedder(corpus, analyzer, dim=8, seed=1)
+    assert sampled.identity["fit_docs"] == 300 and sampled.identity != whole.identity  # its own cache entry
+    assert len(rows) == 2 and len(rows[0]) == 300 and np.array_equal(rows[0], rows[1])  # seeded, in corpus order
+    assert np.all(np.diff(rows[0]) > 0) and rows[0][-1] < corpus.num_docs
+    assert np.array_equal(sampled.term_vectors, again.term_vectors)
+    assert not np.array_equal(sampled.term_vectors, whole.term_vectors)
 
 
 class Counting:

@@ -52,8 +52,15 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return (x / np.where(norm > 0, norm, 1.0)).astype(np.float32)
 
 
+LSA_FIT_DOCS = 2_000_000
+"""Most documents the LSA fit reads: a larger corpus is fitted on a seeded sample of this many (the whole tf-idf
+matrix of MS MARCO's 8.8M passages would take gigabytes twice over; a sample of 2M spans the vocabulary a policy
+meets). WikiCAR's 1.09M paragraphs are fitted whole."""
+
+
 class LSAEmbedder:
-    """Latent semantic analysis fitted on the corpus (deterministic for a given seed).
+    """Latent semantic analysis fitted on the corpus (deterministic for a given seed; on a seeded sample of
+    ``LSA_FIT_DOCS`` documents when the corpus has more).
 
     With ``cache_dir`` and ``corpus_key`` (the corpus' content hash, ``Retriever.corpus_sha256``) the fit, term
     loadings and idf, is kept in ``<cache_dir>/lsa-<key>/`` and read back by later runs: at a million documents
@@ -67,6 +74,9 @@ class LSAEmbedder:
         self.identity = {"provider": "lsa", "dim": dim, "seed": seed,
                          "corpus": fingerprint((corpus.num_docs, len(corpus.vocab)), corpus.num_postings,
                                                corpus.vocab.terms[:50])}
+        fit_docs = min(corpus.num_docs, LSA_FIT_DOCS)
+        if fit_docs < corpus.num_docs:  # only then: the identities (and caches) of whole-corpus fits stay as they were
+            self.identity["fit_docs"] = fit_docs
         meta = {**self.identity, "corpus_sha256": corpus_key}
         self.cache_key = meta
         """What cached vectors depend on: the fit's corpus itself (the identity, which policy specs record, only
@@ -74,19 +84,24 @@ class LSAEmbedder:
         folder = None if cache_dir is None or corpus_key is None else Path(cache_dir) / f"lsa-{fingerprint(meta)}"
 
         def fit() -> dict[str, np.ndarray]:
-            term_vectors, idf = self._fit(corpus, dim, seed)
+            term_vectors, idf = self._fit(corpus, dim, seed, fit_docs)
             return {"term_vectors": term_vectors, "idf": idf}
 
         arrays, _ = load_or_compute(folder, meta, fit, "LSA fit")
         self.term_vectors, self.idf = arrays["term_vectors"], arrays["idf"]
 
     @staticmethod
-    def _fit(corpus: CorpusTerms, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """(term vectors (vocab, dim), idf (vocab,)), both float32: truncated SVD of the tf-idf matrix."""
+    def _fit(corpus: CorpusTerms, dim: int, seed: int, fit_docs: int) -> tuple[np.ndarray, np.ndarray]:
+        """(term vectors (vocab, dim), idf (vocab,)), both float32: truncated SVD of the tf-idf matrix of the
+        corpus, or of ``fit_docs`` documents drawn with ``seed`` (in corpus order) when it has more."""
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfTransformer
 
-        counts = corpus.matrix()  # the fit reads every document: the one place the whole matrix is formed
+        if fit_docs < corpus.num_docs:
+            docs = np.sort(np.random.default_rng(seed).choice(corpus.num_docs, fit_docs, replace=False))
+            counts = corpus.rows(docs)
+        else:  # the fit reads every document: the one place the whole matrix is formed
+            counts = corpus.matrix()
         tfidf = TfidfTransformer(sublinear_tf=True).fit(counts)
         svd = TruncatedSVD(n_components=dim, random_state=seed).fit(tfidf.transform(counts))
         del counts
