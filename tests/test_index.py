@@ -264,8 +264,8 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
 
     texts = MIXED_DOCS + TINY_DOCS
     built = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
-    folder, lock = sorted(tmp_path.iterdir())  # one folder and its lock, no temporary left behind
-    assert lock.name == f"{folder.name}.lock"
+    folder, build_lock, lock = sorted(tmp_path.iterdir())  # one folder and its locks, no temporary left behind
+    assert lock.name == f"{folder.name}.lock" and build_lock.name == f"{folder.name}.build.lock"
     assert folder.name.startswith("index-") and (folder / "params.json").is_file()
     assert isinstance(built.corpus.terms, np.memmap) and isinstance(built.corpus.doc_len, np.memmap)
     fresh = Retriever.build(_collection(texts), K1, B, "okapi")
@@ -273,7 +273,7 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
     assert built.corpus_sha256 == fresh.corpus_sha256
     for name in ("data", "indices", "indptr"):
         assert torch.equal(getattr(built.index, name), getattr(fresh.index, name)), name
-    for name in ("doc_len", "indptr", "terms", "tf"):
+    for name in ("doc_len", "indptr", "terms", "tf", "first"):
         assert np.array_equal(getattr(built.corpus, name), getattr(fresh.corpus, name)), name
     q = fresh.encode(TINY_QUERIES)
     assert all(np.array_equal(a, b) for a, b in zip(built.search(q, k=4), fresh.search(q, k=4)))
@@ -295,6 +295,37 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
         rebuilt = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
     assert "damaged" in caplog.text
     assert np.array_equal(rebuilt.corpus.terms, fresh.corpus.terms)
+
+
+def test_processes_sharing_a_cache_build_an_index_once(tmp_path, monkeypatch):
+    """Two processes (the ranks of a torchrun node) asking for the same missing index: one builds it, the other
+    waits and maps the saved copy (never two builds held at once). Threads stand in for processes: each takes the
+    lock through its own file descriptor."""
+    import threading
+    import time
+
+    from adaptive_ir.retrieval.retriever import Retriever
+
+    texts = MIXED_DOCS + TINY_DOCS
+    builds = []
+    build = Retriever.build
+
+    def slow_build(*args, **kwargs):
+        builds.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other to arrive while this one builds
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(Retriever, "build", slow_build)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(Retriever.cached(_collection(texts), tmp_path)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(got) == 2
+    assert all(isinstance(r.corpus.terms, np.memmap) for r in got)  # both map the saved copy
+    assert torch.equal(got[0].index.data, got[1].index.data)
 
 
 def test_postings_slot_major_hold_the_same_postings_grouped_by_slot(tiny):

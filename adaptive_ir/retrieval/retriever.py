@@ -83,23 +83,41 @@ class Retriever:
             for chunk in _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest):
                 bar.update(len(chunk))
         folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer, scoring)
-        if (folder / "params.json").is_file():
-            try:
-                with file_lock(_lock_path(folder), shared=True):  # not while a writer replaces the folder
-                    problem = checksum_problem(folder)
-                    if problem:
-                        raise DataError(problem)
-                    retriever = cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
-                log.info("index: memory-mapped from %s", folder)
+        retriever = cls._saved(folder, collection, device)
+        if retriever is not None:
+            return retriever
+        # one process builds (the ranks of a torchrun node, runs sharing a cache); the others wait here, then map
+        # the copy it saved instead of each holding a build of their own
+        with file_lock(folder.with_name(f"{folder.name}.build.lock")):
+            retriever = cls._saved(folder, collection, device, quiet=True)
+            if retriever is not None:
                 return retriever
-            except (DataError, OSError, ValueError, KeyError) as e:
-                log.warning("index cache %s is damaged (%s); building it again", folder, e)
-        retriever = cls.build(collection, k1, b, idf, "cpu", progress, analyzer, scoring)
-        retriever.save(folder)
-        log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
-                 retriever.index.vocab_size, retriever.corpus.num_postings, folder)
+            retriever = cls.build(collection, k1, b, idf, "cpu", progress, analyzer, scoring)
+            retriever.save(folder)
+            log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
+                     retriever.index.vocab_size, retriever.corpus.num_postings, folder)
         del retriever  # the saved copy replaces the built one: memory-mapped, as every later run uses it
         return cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
+
+    @classmethod
+    def _saved(cls, folder: Path, collection: Collection, device: str | torch.device,
+               quiet: bool = False) -> Retriever | None:
+        """The index saved in ``folder``, memory-mapped, or None when there is none or it is damaged (said once,
+        unless ``quiet``)."""
+        if not (folder / "params.json").is_file():
+            return None
+        try:
+            with file_lock(_lock_path(folder), shared=True):  # not while a writer replaces the folder
+                problem = checksum_problem(folder)
+                if problem:
+                    raise DataError(problem)
+                retriever = cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
+            log.info("index: memory-mapped from %s", folder)
+            return retriever
+        except (DataError, OSError, ValueError, KeyError) as e:
+            if not quiet:
+                log.warning("index cache %s is damaged (%s); building it again", folder, e)
+            return None
 
     def save(self, folder: str | Path) -> None:
         """Every array + ``vocab.json`` into a temporary folder (``params.json`` and ``sha256.json`` last), renamed
