@@ -217,6 +217,10 @@ def cmd_train(args) -> int:
         trained = run_training(cfg, resume=args.resume, checkpoint=args.checkpoint, overwrite=args.overwrite,
                                numbered=not names_folders(overrides), progress=not args.no_progress, test=args.test,
                                announce=lambda note: print(note, flush=True))
+        if device is not None:
+            # every rank done (rank 0 writes its run record last) before any tears the group down: gloo aborts a
+            # rank whose peer is still connected when it exits ("terminate called without an active exception")
+            dist.barrier()
     except RefusedOnRankZero:  # rank 0 prints why
         return 2
     finally:
