@@ -51,6 +51,21 @@ def _best_distinct(keys: np.ndarray, k: int, out: np.ndarray) -> None:
         j += 1
 
 
+@njit(inline="always")
+def _accumulate(indptr, indices, data, acc, touched, terms, weights, slots):
+    """Add the first ``slots`` slots of one query (``terms``, ``weights``: its row) into ``acc``, in slot order;
+    each posting's document goes to ``touched`` (a document once per posting). Returns how many."""
+    n = 0
+    for j in range(slots):
+        t, w = terms[j], weights[j]
+        for p in range(indptr[t], indptr[t + 1]):
+            d = np.int64(indices[p])
+            touched[n] = d
+            n += 1
+            acc[d] += w * data[p]
+    return n
+
+
 @njit(nogil=True, cache=True)
 def search_topk(indptr, indices, data, num_docs, terms, weights, k, out):
     """``out[r]`` = the top-k keys of query row r (terms (R, L), weights (R, L) float32; padding slots name a
@@ -67,14 +82,7 @@ def search_topk(indptr, indices, data, num_docs, terms, weights, k, out):
     touched = np.empty(width, np.int64)
     keys = np.empty(width, np.int64)
     for r in range(terms.shape[0]):
-        n = 0
-        for j in range(terms.shape[1]):
-            t, w = terms[r, j], weights[r, j]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = np.int64(indices[p])
-                touched[n] = d
-                n += 1
-                acc[d] += w * data[p]
+        n = _accumulate(indptr, indices, data, acc, touched, terms[r], weights[r], terms.shape[1])
         m = 0
         for i in range(n):
             d = touched[i]
@@ -110,14 +118,7 @@ def search_prefixes(indptr, indices, data, num_docs, terms, weights, start, mark
     saved = np.empty(0, np.float32)
     cur = np.empty(k, np.int64)
     for r in range(terms.shape[0]):
-        n = 0
-        for j in range(start):
-            t, w = terms[r, j], weights[r, j]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = np.int64(indices[p])
-                touched[n] = d
-                n += 1
-                acc[d] += w * data[p]
+        n = _accumulate(indptr, indices, data, acc, touched, terms[r], weights[r], start)
         m = 0
         for i in range(n):
             d = touched[i]
