@@ -575,6 +575,34 @@ def test_msmarco_dev_is_test_and_dev_is_carved(tmp_path):
     assert set(c.queries["dev"]) <= {str(q) for q in range(100, 120)}
 
 
+def test_msmarco_collection_is_held_in_a_few_bytes_a_passage(tmp_path):
+    """collection.tsv of MS MARCO's shape (numeric ids, passages of about 60 words), 200,000 passages: what the
+    loaded collection holds is arrays, about 20 bytes a passage (its id and its line's offset), never a Python
+    string or object per passage (a list of 8.8M ids would take 0.5 GB before any work)."""
+    import gc
+    import tracemalloc
+
+    root = tmp_path / "marco"
+    root.mkdir()
+    words = "the of and to in a is that for it as was with be by on not he this are or his from at which".split()
+    n = 200_000
+    with open(root / "collection.tsv", "w") as f:
+        for pid in range(n):
+            f.write(f"{pid}\t" + " ".join(words[(pid + i) % len(words)] for i in range(60)) + "\n")
+    (root / "queries.dev.tsv").write_text("".join(f"{q}\tdev query {q}\n" for q in range(5)))
+    (root / "qrels.dev.tsv").write_text("".join(f"{q} 0 {q * 7} 1\n" for q in range(5)))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        c = load_msmarco(root, splits=("test",))
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert c.num_docs == n and c.doc_ids[123_456] == "123456" and c.doc_texts_at([7])[0].split()[:3] == words[7:10]
+    assert held / n < 40, f"{held / n:.0f} bytes a passage"  # a list of the ids alone: about 60
+
+
 def test_msmarco_prefers_the_small_dev_qrels(tmp_path):
     root = make_msmarco(tmp_path / "m")
     (root / "qrels.dev.small.tsv").write_text("901\t0\t1\t1\n")
