@@ -25,6 +25,7 @@ from adaptive_ir.config import Config, build_config, config_from_dict, config_to
 if TYPE_CHECKING:
     from adaptive_ir.artifacts.checkpoint import SavedPolicy
 
+
 @dataclass
 class TrainResult:
     """What a training run left: its folder (run.json, checkpoints, logs) and its outcome."""

@@ -119,8 +119,8 @@ def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: li
     added = [[int(t) if ok else pad for t, ok in zip(row[:most], valid[:most])]
              for row, valid in zip(cands.terms, cands.valid)]
     out: dict[tuple[float, int], Run] = {}
+    marks = sorted(set(depths))
     for w in levels:
-        marks = sorted(set(depths))
         scores, idx = ws.retriever.search_prefixes(start, start_weights, added, w, marks, cfg.retrieval.top_k)
         for j in depths:  # dozens of rules: kept compact
             out[(w, j)] = CompactRun(qids, ws.retriever.doc_ids, scores[:, marks.index(j)], idx[:, marks.index(j)])

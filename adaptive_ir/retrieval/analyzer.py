@@ -394,7 +394,7 @@ class CorpusTerms:
         assert self.first is not None, "an index saved before first positions were kept"
         out = []
         for docs in doc_lists:
-            pos, offsets = self.postings(np.asarray(docs, dtype=np.int64))
+            pos, offsets = self.postings(docs)
             which = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
             met = self.terms[pos][np.lexsort((self.first[pos], which))]
             _, at = np.unique(met, return_index=True)

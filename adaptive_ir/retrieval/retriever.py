@@ -174,11 +174,11 @@ class Retriever:
         of first appearance: from the index's first positions (``CorpusTerms.first``) or, for an index saved
         without them, from the texts read again, every document once, in one call to ``doc_texts`` (a gzipped corpus
         is decompressed once for the whole batch, not once per list)."""
+        lists = [np.asarray(docs, dtype=np.int64).ravel() for docs in doc_lists]
         if self.corpus.first is not None:
-            return self.corpus.first_occurrences([np.asarray(docs, dtype=np.int64).ravel() for docs in doc_lists])
+            return self.corpus.first_occurrences(lists)
         if self.doc_texts is None:
             raise ValueError("this Retriever was built without access to the document texts")
-        lists = [np.asarray(docs, dtype=np.int64).ravel() for docs in doc_lists]
         wanted = np.unique(np.concatenate(lists)) if lists else np.zeros(0, np.int64)
         terms = dict(zip(wanted.tolist(), self.encode(self.doc_texts(wanted.tolist()))))
         out = []
