@@ -85,7 +85,8 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
     """Train queries of the default collection as a QuerySet (real retriever, candidates and qrels) with seeded
     random embedding tables: everything the env, rollout and PPO need, without an embedding model. Mined on the
     CPU; the index, QuerySet and tables then live on ``device``. ``start`` = rm3: episodes start from each query's
-    RM3 expansion over its 5 best BM25 documents (``retrieval.start``)."""
+    RM3 expansion over its 5 best BM25 documents (``retrieval.start``); choose: each query's Anserini-recipe RM3 is
+    the other start its first step may switch to, with the query features (``retrieval.start: choose``)."""
     import numpy as np
 
     from adaptive_ir.mining.candidates import CandidateMiner
@@ -106,8 +107,14 @@ def query_world(num_queries: int = 24, emb_dim: int = 16, seed: int = 0, max_can
         from adaptive_ir.retrieval.rm3 import rm3_expansion
 
         start_terms, start_weights = rm3_expansion(retriever, terms, fb_docs=5, unit_query=True)
+    alt = feats = None
+    if start == "choose":
+        from adaptive_ir.rl.workspace import rm3_choice_cached
+
+        alt, feats = rm3_choice_cached(retriever, texts, terms, None)
     qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels,
-                        coll.doc_positions, retriever.index.pad_id, device, query_weights=start_weights)
+                        coll.doc_positions, retriever.index.pad_id, device, query_weights=start_weights,
+                        alt_query=alt, query_feats=feats)
     retriever.index.to(device)
     gen = torch.Generator().manual_seed(seed)
     tables = SimpleNamespace(query=torch.randn(len(qids), emb_dim, generator=gen).to(device),

@@ -533,3 +533,102 @@ def test_is_legal_reads_the_mask_of_legal(world, compact):
             assert torch.equal(env.is_legal(actions), legal[:, a])
         assert not env.is_legal(torch.full((len(qs),), env.stop + 1)).any()
         env.step(torch.multinomial(legal.float(), 1, generator=gen).squeeze(1))
+
+
+# ---------------------------------------------------------------------------------------------- choosing the start
+@pytest.fixture(scope="module")
+def choice_world():
+    return query_world(NUM_QUERIES, start="choose")
+
+
+def switching_rollout(env: ReformulationEnv, qidx: torch.Tensor, seed: int, check) -> int:
+    """Random legal episodes where half the episodes switch at their first step; returns how many switched."""
+    gen = torch.Generator().manual_seed(seed)
+    env.reset(qidx)
+    check(env, None)
+    first = torch.rand(qidx.shape, generator=gen) < 0.5
+    reward, _ = env.step(torch.where(first, env.switch, env.stop - 1 - 3 * torch.arange(len(qidx)) % 7))
+    check(env, reward)
+    switched = int(env.started.sum())
+    while env.alive.any():
+        legal = env.legal().float()
+        assert not legal[:, env.switch].any()  # the first step only
+        legal[:, -1] = 0.2
+        reward, _ = env.step(torch.multinomial(legal, 1, generator=gen).squeeze(1))
+        check(env, reward)
+    return switched
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_switching_to_rm3_keeps_rankings_equal_to_a_search_from_scratch(choice_world, compact):
+    # retrieval.start = choose: the switch replaces the query with its RM3 expansion (lanes, terms, ranking), its
+    # reward is RM3's metric minus the query's, and every later step keeps the rewritten query's ranking exactly
+    w, mix = choice_world, {"recall": 0.7, "mrr": 0.3}
+    qs, index = w.qs, w.retriever.index
+    env = ReformulationEnv(qs, index, 3, K, mix, expansion_weight=(0.5, 2.0), compact=compact)
+    assert env.choice and env.stop == env.switch + 1 == env.M * env.L + 1
+    qidx = torch.arange(len(qs))
+    switched = switching_rollout(env, qidx, 4, exact_check(env, relevant_sets(qs, qidx), mix))
+    assert 0 < switched < len(qs)
+    assert torch.equal(env.lanes[: len(qidx)], index.score(env.terms, env.weights))
+
+
+def test_the_switch_then_stop_is_anserinis_rm3_to_the_bit(choice_world):
+    from adaptive_ir.evaluation.metrics import rm3_anserini_run
+
+    w = choice_world
+    env = ReformulationEnv(w.qs, w.retriever.index, 3, K, {"recall": 1.0})
+    qidx = torch.arange(len(w.qs))
+    env.reset(qidx)
+    bare = env.metric.clone()
+    reward, done = env.step(torch.full_like(qidx, env.switch))
+    assert not done.any() and env.started.all()
+    torch.testing.assert_close(reward, env.alt_metric - bare)
+    env.step(torch.full_like(qidx, env.stop))
+    run = rm3_anserini_run(w.retriever, w.qids, w.texts, k=K)
+    for i, qid in enumerate(w.qids):
+        keys = env.topk[i][env.topk[i] >= 0]
+        assert [w.coll.doc_ids[d] for d in key_docs(keys).tolist()] == list(run[qid])
+        # scores scaled by a power of two: exactly
+        ratio = (key_scores(keys).double() / torch.tensor(list(run[qid].values()), dtype=torch.float64)).unique()
+        assert ratio.numel() == 1 and float(ratio.log2()).is_integer()
+    assert (env.alt_metric != bare).any()
+
+
+def test_the_oracle_with_a_choice_is_at_least_the_better_start_of_each_query(choice_world):
+    from adaptive_ir.evaluation.oracle import oracle_rewrite
+
+    w, mix = choice_world, {"recall": 1.0}
+    env = ReformulationEnv(w.qs, w.retriever.index, 3, K, mix)
+    env.reset(torch.arange(len(w.qs)))
+    better = torch.maximum(env.metric, env.alt_metric)
+    terms, weights = oracle_rewrite(w.qs, w.retriever.index, 3, K, mix)
+    got = reference_metric(reference_topk(w.retriever.index, terms, weights, K), relevant_sets(w.qs, torch.arange(
+        len(w.qs))), mix)
+    assert (got >= better - 1e-6).all() and (got > better).any()
+
+
+def test_a_policy_with_a_choice_may_switch_at_the_first_step_only(choice_world):
+    from adaptive_ir.mining.query_features import QUERY_FEATURES
+
+    w = choice_world
+    assert w.qs.query_feats.shape == (len(w.qs), len(QUERY_FEATURES)) and torch.isfinite(w.qs.query_feats).all()
+    env = ReformulationEnv(w.qs, w.retriever.index, 3, K, {"recall": 1.0})
+    agent = Agent(w.emb_dim, w.qs.cand_feats.shape[-1], 3, hidden_dim=32, num_layers=0,
+                  query_dim=len(QUERY_FEATURES))
+    agent.core.init_stop_prior(env.switch)
+    agent.use_tables(w.tables)
+    qidx = torch.arange(len(w.qs))
+    env.reset(qidx)
+    ep = agent.episode_inputs(w.qs, env.qidx)
+    seen = set()
+    for t, step in enumerate(step_counters(env, len(qidx))):
+        logits, _ = agent(ep, env.chosen, step, env.started)
+        assert logits.shape == (len(qidx), env.stop + 1)
+        assert torch.equal(logits > torch.finfo(logits.dtype).min, env.legal())
+        actions, _, _ = policy_step(agent, AmpContext(torch.device("cpu"), False), ep, env, step,
+                                      torch.Generator().manual_seed(t))
+        assert env.is_legal(actions).all()
+        seen |= set(actions[env.alive].tolist())
+        env.step(actions)
+    assert env.switch in seen and env.started.any()

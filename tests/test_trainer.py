@@ -353,3 +353,40 @@ def test_several_collections_need_folders_and_one_embedding_space(tmp_path):
         tiny_config(tmp_path, **{"data.also_train_on": "[x]", "embeddings.type": "sentence-transformers"})
     with pytest.raises(ConfigError, match="data.also_train_share.*lists no collection"):
         tiny_config(tmp_path, **{"data.also_train_share": 0.3})
+
+
+def test_a_policy_that_chooses_its_start_trains_and_its_rewrites_carry_rm3s_weights(tmp_path):
+    # retrieval.start = choose: both starts are tried while training (the warm start leaves the switch to PPO), the
+    # checkpoint's spec names the query features, and a rewrite that switched shows RM3's added terms and searches
+    # them at RM3's weights (Lucene's form carries the whole rewrite)
+    from adaptive_ir.inference.reformulate import Reformulator
+    from adaptive_ir.mining.query_features import QUERY_FEATURES
+    from adaptive_ir.rl.workspace import rm3_choice_cached
+
+    cfg = tiny_config(tmp_path, **{"retrieval.start": "choose", "training.num_epochs": 2,
+                                   "training.warm_start_queries": 32, "training.save_freq": 1})
+    trainer = Trainer(cfg, progress=False, collection=default_collection())
+    trainer.train()
+    switched = [r["charts/switched"] for r in rows(cfg) if "charts/switched" in r]
+    assert switched and all(0 < s < 1 for s in switched)
+    saved = load_checkpoint(cfg.training.checkpoint_path_dir / "last.pt")
+    assert saved["spec"]["query_features"] == list(QUERY_FEATURES)
+    ws = trainer.ws
+    _, texts, _ = ws.collection.split("test")
+    texts = texts[:6]
+    (rm3_terms, rm3_weights), _ = rm3_choice_cached(ws.retriever, texts, ws.retriever.encode(texts), None)
+    vocab = ws.retriever.vocab.surface
+    for bias, switch in ((30.0, True), (-30.0, False)):
+        with torch.no_grad():
+            trainer.agent.core.switch_bias.fill_(bias)
+        out = Reformulator(cfg, ws, trainer.agent, trainer.amp).reformulate(texts)
+        for r, t, w in zip(out, rm3_terms, rm3_weights):
+            own = ws.retriever.encode([r["text"]])[0]
+            start = [x["term"] for x in r["start_terms"]]
+            assert start == ([vocab[i] for i in t if i not in own] if switch else [])
+            if switch:
+                added = {x["term"] for x in r["added_terms"]}
+                lucene = dict(x.split("^") if "^" in x else (x, "1") for x in r["lucene_query"].split())
+                for i, wi in zip(t, w):
+                    if vocab[i] not in added:
+                        assert float(lucene[vocab[i]]) == pytest.approx(wi, rel=1e-3)

@@ -5,7 +5,8 @@ Every checkpoint and every exported policy records
 * ``spec``: what the weights' shapes and meaning depend on, whatever the collection: the embedder (identity and
   dimension), the candidate features (their names, and the config keys that choose them: ``candidate_mining.methods``
   and ``stem_variants``), the policy's inputs made of them (``agent_features``) and those it ignores, the expansion
-  weights an action chooses among (``levels``), M, T and the network sizes;
+  weights an action chooses among (``levels``), the query features of a choice of start (``query_features``; none
+  without one), M, T and the network sizes;
 * ``data``: the identity of the collection it was trained on, as the BM25 index knows it: the sha256 of the corpus
   texts and the analyzer's identity (``Retriever.index.meta``). The path the data was read from is not part of it:
   the same documents moved elsewhere are the same data.
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.mining.candidates import feature_names
+from adaptive_ir.mining.query_features import QUERY_FEATURES
 from adaptive_ir.retrieval.retriever import Retriever
 from adaptive_ir.rl.policy import agent_feature_names
 
@@ -52,7 +54,8 @@ def _spec(cfg: Config, embedder: Any) -> dict[str, Any]:
     names = feature_names(cm.methods, cm.stem_variants, cfg.retrieval.levels if cm.effect_preview else None)
     return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": embedder.identity,
             "embedding_dim": embedder.dim, "features": names, "agent_features": agent_feature_names(names),
-            "levels": list(cfg.retrieval.levels)}
+            "levels": list(cfg.retrieval.levels),
+            "query_features": list(QUERY_FEATURES) if cfg.retrieval.start == "choose" else []}
 
 
 def data_identity(ws: Workspace | Retriever) -> dict[str, str]:
@@ -77,7 +80,7 @@ def spec_over_collection(cfg: Config) -> tuple[dict[str, Any], dict[str, str]]:
     return _spec(cfg, configured_embedder(cfg, retriever, cpu)), data_identity(retriever)
 
 
-SPEC_DEFAULTS = {"rl_agent.policy": "actor-critic"}
+SPEC_DEFAULTS: dict[str, Any] = {"rl_agent.policy": "actor-critic", "query_features": []}
 """Spec keys added after policies were saved without them, and what every such policy was."""
 
 

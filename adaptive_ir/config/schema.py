@@ -214,11 +214,16 @@ class RetrievalConfig:
     expansion_weighting: Literal["uniform", "score"] = "uniform"
     """uniform: every added term weighs expansion_weight; score: expansion_weight × the term's mean normalised
     miner score (in (0, 1]), so strong feedback terms weigh more, as in RM3."""
-    start: Literal["query", "rm3"] = "query"
+    start: Literal["query", "rm3", "choose"] = "query"
     """Where every rewrite starts (training, evaluation, the oracle and the fixed rules alike). query: the query's
     own words. rm3: its RM3 expansion over the agent's feedback documents (candidate_mining's top_k0 documents, as
     the rm3-semantic / rm3-feedback baselines; 10 terms, original weight 0.5), scaled so each query word weighs 1:
-    the agent adds its terms to that query, and STOP at once is that baseline."""
+    the agent adds its terms to that query, and STOP at once is that baseline. choose: per query, the agent's first
+    action may replace the query with its RM3 expansion as Anserini computes it over the agent's index
+    (``rm3_anserini_expansion``: Pyserini's ``set_rm3()`` on the Lucene-parity first stage, its weights scaled by a
+    power of two so that the ranking is the same to the bit and a query word weighs about 1), deciding from the
+    query's own features (``mining.query_features``); STOP at once keeps the query, the switch then STOP is RM3,
+    and the agent's terms may follow either."""
 
     @property
     def levels(self) -> tuple[float, ...]:

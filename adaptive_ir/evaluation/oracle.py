@@ -4,7 +4,9 @@ rather than in theory: a policy whose early terms pay only with later ones can p
 At each of the ``max_steps`` steps, every unchosen candidate is tried at every expansion weight (added to the episode's ranking and taken
 back: ``ReformulationEnv.trial``) and the one that raises the reward metric most is kept; the rewrite stops when no
 candidate raises it. Same candidates, same step budget and same reward as the agent, so agent gain / oracle gain is the share of the
-gain the greedy oracle reaches that the agent takes.
+gain the greedy oracle reaches that the agent takes. With a choice of start (``retrieval.start: choose``) the first
+step also tries the switch to the other start (RM3), so the oracle is at least the per-query better of the query and
+RM3.
 """
 
 from __future__ import annotations
@@ -26,15 +28,17 @@ def oracle_rewrite(qs: QuerySet, index: BM25Index, max_steps: int, reward_k: int
     step trying every candidate (``ReformulationEnv.trial``) and taking the best one while it gains."""
     env = ReformulationEnv(qs, index, max_steps, reward_k, weights, expansion_weight)
     out_t, out_w = [], []
-    m = env.stop
+    m = env.switch
     for lo in range(0, len(qs), batch_size):
         env.reset(torch.arange(lo, min(len(qs), lo + batch_size)))
-        for _ in range(max_steps):
+        for step in range(max_steps):
             legal = env.legal()[:, :m]
-            score = env.trial_all()
-            gain, slot = score.masked_fill(~legal, -1.0).max(1)
+            score = env.trial_all().masked_fill(~legal, -1.0)
+            if env.choice and step == 0:
+                score = torch.cat([score, env.alt_metric[:, None]], 1)
+            gain, slot = score.max(1)
             take = env.alive & (gain > env.metric + 1e-9)
-            env.step(torch.where(take, slot, m))  # the others stop
+            env.step(torch.where(take, slot, env.stop))  # the others stop
             if not take.any():
                 break
         assert env.terms is not None  # set by reset

@@ -35,6 +35,8 @@ class RolloutBuffer:
         shape = (steps, episodes)
         self.qidx = torch.zeros(shape, dtype=torch.long, device=device)
         self.chosen = torch.zeros((*shape, num_candidates), dtype=torch.bool, device=device)
+        self.started = torch.zeros(shape, dtype=torch.bool, device=device)
+        """Whether the episode had switched to the other start (``retrieval.start: choose``) when it acted."""
         self.actions = torch.zeros(shape, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(shape, device=device)
         self.values = torch.zeros(shape, device=device)
@@ -47,7 +49,7 @@ class RolloutBuffer:
         return sum(t.numel() * t.element_size() for t in self._tensors())
 
     def _tensors(self):
-        return (self.qidx, self.chosen, self.actions, self.logprobs, self.values, self.rewards, self.terminated,
+        return (self.qidx, self.chosen, self.started, self.actions, self.logprobs, self.values, self.rewards, self.terminated,
                 self.alive)
 
     def clear(self) -> None:

@@ -9,6 +9,12 @@ to metric(final query) − metric(q0). STOP ends the episode, and so does reachi
 no reward, is possible after the limit and the step fraction is part of the observation, so that state is
 terminal (its value is 0, nothing to bootstrap).
 
+**Choosing the start** (``QuerySet.alt_terms``, ``retrieval.start: choose``). One more action, M·L (STOP is then
+M·L + 1, still the last), is legal at an episode's first step only: it replaces the query with the other start (its
+RM3 expansion) and counts as a step. So STOP at once is the query, the switch then STOP is RM3, and either may be
+followed by the agent's terms: the action space holds both baselines, and the switch's reward is RM3's metric
+minus the query's.
+
 **Ranking rule.** Documents are ordered by score, ties by corpus position (lower first), and only documents with
 a score > 0 are retrieved (a document matching no query term is not a result). Scores are float32 sums of
 weight × impact added in slot order, the order of ``BM25Index.score``, so the rewards equal those of the
@@ -80,20 +86,37 @@ class QuerySet:
     start from; None: the env searches them once."""
     term_weights: torch.Tensor | None = None
     """(Q, L0) float32 weights of ``terms`` (0 on padding); None: each term weighs 1 (a query's own words)."""
+    alt_terms: torch.Tensor | None = None
+    """(Q, L0) term ids of the other start an episode may choose at its first step (``retrieval.start: choose``:
+    the query's RM3 expansion), padded; None: no such choice."""
+    alt_weights: torch.Tensor | None = None
+    """(Q, L0) float32 weights of ``alt_terms`` (0 on padding)."""
+    query_feats: torch.Tensor | None = None
+    """(Q, G) float32 features of each whole query (``mining.query_features``) the policy chooses its start from."""
 
     @classmethod
     def build(cls, qids: list[str], query_terms: list[list[int]], cands: CandidateSet, term_rows: np.ndarray,
               q_rows: np.ndarray, qrels: dict[str, dict[str, int]] | None, doc_positions,
               pad_id: int, device: str | torch.device, cand_weight: np.ndarray | None = None,
-              exclude_docs: np.ndarray | None = None, query_weights: list[list[float]] | None = None
-              ) -> QuerySet:
+              exclude_docs: np.ndarray | None = None, query_weights: list[list[float]] | None = None,
+              alt_query: tuple[list[list[int]], list[list[float]]] | None = None,
+              query_feats: np.ndarray | None = None) -> QuerySet:
         """``term_rows[i, j]`` is the embedding row of candidate j of query i (already computed);
         ``doc_positions(ids)`` gives the corpus positions of document ids (-1 if unknown), e.g.
         ``Collection.doc_positions``; ``exclude_docs`` (Q,) int64 corpus positions, -1 = none (the default);
         ``query_weights``: one weight per term of ``query_terms`` where the episodes start from a weighted query
-        (``retrieval.start``; the candidates' first rankings are then not theirs, and the env searches its own)."""
+        (``retrieval.start``; the candidates' first rankings are then not theirs, and the env searches its own);
+        ``alt_query``: (term ids, weights) of the start each episode may switch to at its first step, with
+        ``query_feats`` (Q, G) to choose by (``retrieval.start: choose``)."""
         q = len(qids)
         width = max(1, max((len(t) for t in query_terms), default=1))
+        alt_terms = alt_weights = None
+        if alt_query is not None:
+            width = max(width, max((len(t) for t in alt_query[0]), default=1))
+            alt_terms = np.full((q, width), pad_id, dtype=np.int64)
+            alt_weights = np.zeros((q, width), np.float32)
+            for i, (t, w) in enumerate(zip(*alt_query)):
+                alt_terms[i, : len(t)], alt_weights[i, : len(w)] = t, w
         terms = np.full((q, width), pad_id, dtype=np.int64)
         weights = None if query_weights is None else np.zeros((q, width), np.float32)
         for i, t in enumerate(query_terms):
@@ -124,7 +147,10 @@ class QuerySet:
                                   torch.float32),
                    exclude_docs=tt(exclude),
                    first_keys=None if cands.first is None or weights is not None else tt(cands.first),
-                   term_weights=None if weights is None else tt(weights))
+                   term_weights=None if weights is None else tt(weights),
+                   alt_terms=None if alt_terms is None else tt(alt_terms),
+                   alt_weights=None if alt_weights is None else tt(alt_weights),
+                   query_feats=None if query_feats is None else tt(query_feats, torch.float32))
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -198,7 +224,11 @@ class ReformulationEnv:
         self.scored = scored
         """False for inference rewrites: no reward, so no scoring per step (``metric`` stays 0)."""
         self.M, self.L = queries.max_candidates, len(self.levels)
-        self.stop = self.M * self.L
+        self.choice = queries.alt_terms is not None
+        """Whether the first step may switch to the other start (``QuerySet.alt_terms``)."""
+        self.switch = self.M * self.L
+        """The action that switches to the other start (when ``choice``)."""
+        self.stop = self.M * self.L + self.choice
         """The STOP action (the last one)."""
         self.device = queries.terms.device
         self._level_weights = torch.tensor(self.levels, dtype=torch.float32, device=self.device)
@@ -213,6 +243,8 @@ class ReformulationEnv:
         self._q0_postings = lengths[queries.terms.cpu().numpy()].astype(np.int32)  # (Q, L0): per query term
         cands = queries.cand_terms.cpu().numpy()
         self._widest = lengths[cands].max(1) if cands.size else np.zeros(len(queries), np.int64)
+        alt = queries.alt_terms
+        self._alt_postings = None if alt is None else lengths[alt.cpu().numpy()].astype(np.int32)
         self.judged = (Judgements(queries.rel_indptr, queries.rel_docs, queries.n_rel, index.num_docs,
                                   self.reward_weights) if scored else None)
         # each query's first ranking, one longer than k: the excluded document may be in it
@@ -221,6 +253,8 @@ class ReformulationEnv:
         if scored and (first is None or first.shape[1] < width):
             first = index.topk_keys(queries.terms, queries.term_weights, width)
         self._first = first[:, :width] if scored and first is not None else None  # scored: never None here
+        self._first_alt = (index.topk_keys(queries.alt_terms, queries.alt_weights, width)
+                           if scored and queries.alt_terms is not None else None)
         self.lanes: torch.Tensor | None = None
         """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
         self.terms: torch.Tensor | None = None
@@ -242,12 +276,15 @@ class ReformulationEnv:
         self._chosen = torch.zeros((b, m + 1), dtype=torch.bool, device=self.device)
         self._cand_terms, self._cand_weight = self._candidate_tables(self.qidx)
         self.alive = torch.ones(b, dtype=torch.bool, device=self.device)
+        self.started = torch.zeros(b, dtype=torch.bool, device=self.device)
+        """(B,) episodes that switched to the other start."""
         self.exclude = qs.exclude_docs[self.qidx]
         if not self.scored:
             self.metric = torch.zeros(b, device=self.device)
             return
         with allowed_sync():  # host data (.numpy() of a device tensor would raise): no device is waited for
             host = qidx.numpy()
+        self._host_qidx = host.copy()
         if not self.compact:  # the accelerator code's block width: a power of two, few shapes for torch.compile
             self._offsets = torch.arange(self._block_width(host), device=self.device)
         l0 = qs.terms.shape[1]
@@ -255,6 +292,10 @@ class ReformulationEnv:
         self.topk = self._first_topk(self.qidx, self.exclude)
         assert self.judged is not None  # set when scored
         self.metric = self.judged.metric(self.qidx, self.topk, self.compact)
+        if self.choice:
+            self.alt_topk = self._first_topk(self.qidx, self.exclude, self._first_alt)
+            self.alt_metric = self.judged.metric(self.qidx, self.alt_topk, self.compact)
+            """(B,) the reward metric of each episode's other start (what the switch reaches)."""
 
     def restart(self, rows: torch.Tensor, qidx: torch.Tensor) -> None:
         """Start new episodes in rows ``rows`` of the current batch for the query positions ``qidx`` (both CPU
@@ -275,12 +316,14 @@ class ReformulationEnv:
         self._cand_terms.index_copy_(0, r, cand_terms)
         self._cand_weight.index_copy_(0, r, cand_weight)
         self.alive.index_fill_(0, r, True)
+        self.started.index_fill_(0, r, False)
         self.exclude.index_copy_(0, r, self.qs.exclude_docs[q])
         if not self.scored:
             self.metric.index_fill_(0, r, 0.0)
             return
         with allowed_sync():  # host data, as in reset
             host_rows, host = rows.numpy(), qidx.numpy()
+        self._host_qidx[host_rows] = host
         if not self.compact:  # the block must hold the new queries' candidate postings too
             self._offsets = torch.arange(max(self._block_width(host), self._offsets.numel()), device=self.device)
         l0 = self.qs.terms.shape[1]
@@ -289,6 +332,10 @@ class ReformulationEnv:
         topk = self._first_topk(q, self.exclude[r])
         self.topk.index_copy_(0, r, topk)
         self.metric.index_copy_(0, r, self.judged.metric(q, topk, self.compact))
+        if self.choice:
+            alt = self._first_topk(q, self.exclude[r], self._first_alt)
+            self.alt_topk.index_copy_(0, r, alt)
+            self.alt_metric.index_copy_(0, r, self.judged.metric(q, alt, self.compact))
 
     def _start_queries(self, qidx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L0 + max_steps) term ids and weights of episodes starting from the queries ``qidx``."""
@@ -312,10 +359,13 @@ class ReformulationEnv:
         shapes for torch.compile)."""
         return 1 << max(0, int(self._widest[host_qidx].max(initial=1)) - 1).bit_length()
 
-    def _first_topk(self, qidx: torch.Tensor, exclude: torch.Tensor) -> torch.Tensor:
-        """(B, k) ranking keys of the queries' first rankings, their excluded document left out."""
-        assert self._first is not None  # set when scored
-        first = self._first[qidx]
+    def _first_topk(self, qidx: torch.Tensor, exclude: torch.Tensor, table: torch.Tensor | None = None
+                    ) -> torch.Tensor:
+        """(B, k) ranking keys of the queries' first rankings (or of ``table``'s: the other start's), their
+        excluded document left out."""
+        table = self._first if table is None else table
+        assert table is not None  # set when scored
+        first = table[qidx]
         first = torch.where((key_docs(first) == exclude[:, None]) & (first >= 0), -1, first)
         return torch.nn.functional.pad(first.topk(min(self.k, first.shape[1]), dim=1).values,
                                        (0, self.k - min(self.k, first.shape[1])), value=-1)
@@ -366,20 +416,23 @@ class ReformulationEnv:
         return self._chosen[:, : self.M]
 
     def legal(self) -> torch.Tensor:
-        """(B, M·L+1) legal actions: every weight of the unchosen valid candidates, and STOP (always legal)."""
+        """(B, stop + 1) legal actions: every weight of the unchosen valid candidates, the switch at the first step
+        (``choice``), and STOP (always legal)."""
         cand = per_action(self.qs.cand_valid[self.qidx] & ~self.chosen, self.L)
-        return torch.cat([cand, torch.ones_like(cand[:, :1])], dim=1)
+        switch = [(self.steps == 0)[:, None]] if self.choice else []
+        return torch.cat([cand, *switch, torch.ones_like(cand[:, :1])], dim=1)
 
     def is_legal(self, actions: torch.Tensor) -> torch.Tensor:
         """(B,) whether each episode's action is among ``legal()``'s, read for that action alone."""
         slot = torch.div(actions, self.L, rounding_mode="floor").clamp(0, self.M - 1)[:, None]
         open_ = (self.qs.cand_valid[self.qidx].gather(1, slot) & ~self.chosen.gather(1, slot)).squeeze(1)
-        return (actions == self.stop) | ((actions >= 0) & (actions < self.stop) & open_)
+        first = (actions == self.switch) & (self.steps == 0) if self.choice else torch.zeros_like(open_)
+        return (actions == self.stop) | first | ((actions >= 0) & (actions < self.switch) & open_)
 
     def _decode(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(expand, candidate slot (B, 1), term, weight) of (B,) actions: slot M (the padding term, weight 0) where
         the episode does not expand."""
-        expand = self.alive & (actions < self.stop)
+        expand = self.alive & (actions < self.switch)
         slot = torch.where(expand, torch.div(actions, self.L, rounding_mode="floor"), self.M)[:, None]
         level = torch.where(expand, actions % self.L, 0)
         term = self._cand_terms.gather(1, slot).squeeze(1)
@@ -391,6 +444,9 @@ class ReformulationEnv:
         action (reward 0, not terminated again); STOP and the step that reaches ``max_steps`` terminate."""
         expand, slot, term, weight = self._decode(actions)
         assert self.terms is not None  # set by reset
+        switch = self.alive & (actions == self.switch) & (self.steps == 0) if self.choice else None
+        if switch is not None:
+            self._switch(switch)
         # each episode writes its own next column (episodes restarted apart are at different steps); one that
         # does not expand writes back what is there (padding, or its last term once it has taken every step)
         col = (self.qs.terms.shape[1] + self.steps).clamp_(max=self.terms.shape[1] - 1)[:, None]
@@ -408,9 +464,37 @@ class ReformulationEnv:
             reward = torch.zeros_like(weight)
         self.steps += self.alive
         last = self.steps >= self.max_steps
-        terminated = self.alive & (~expand | last)  # took STOP, or its last step
-        self.alive = expand & ~last
+        going = expand if switch is None else expand | switch
+        terminated = self.alive & (~going | last)  # took STOP, or its last step
+        self.alive = going & ~last
         return reward, terminated
+
+    def _switch(self, mask: torch.Tensor) -> None:
+        """Episodes ``mask`` (B,) (at their first step) leave their query for the other start: its terms and
+        weights, its scores in their lanes, its first ranking."""
+        assert self.terms is not None and self.qs.alt_terms is not None and self.qs.alt_weights is not None
+        l0 = self.qs.terms.shape[1]
+        alt_t, alt_w = self.qs.alt_terms[self.qidx], self.qs.alt_weights[self.qidx]
+        if self.scored:
+            assert self.lanes is not None
+            if self.compact:
+                rows = mask.nonzero().squeeze(1)
+                if rows.numel():
+                    idx, host = self.index, rows.numpy()
+                    kernels.lanes_clear(idx.indptr.numpy(), idx.indices.numpy(), self.lanes.numpy(), host,
+                                        self.terms[rows].numpy())
+                    kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
+                                       host, alt_t[rows].numpy(), alt_w[rows].numpy())
+            else:  # every row, fixed shapes: those that stay are multiplied by 1 and add weight-0 slots
+                assert self._alt_postings is not None
+                b = mask.shape[0]
+                self.lanes[:b].mul_((~mask)[:, None])
+                self.index.add_by_slot(self.lanes.view(-1), alt_t, alt_w * mask[:, None],
+                                       self._alt_postings[self._host_qidx].sum(0))
+            self.topk = torch.where(mask[:, None], self.alt_topk, self.topk)
+        self.terms[:, :l0] = torch.where(mask[:, None], alt_t, self.terms[:, :l0])
+        self.weights[:, :l0] = torch.where(mask[:, None], alt_w, self.weights[:, :l0])
+        self.started |= mask
 
     def trial(self, actions: torch.Tensor) -> torch.Tensor:
         """The reward metric each episode would reach by taking ``actions`` (B,) (STOP: its current one), leaving
@@ -420,9 +504,9 @@ class ReformulationEnv:
         return self.judged.metric(self.qidx, self._added(term, weight, expand, self.topk, undo=True), self.compact)
 
     def trial_all(self) -> torch.Tensor:
-        """(B, M·L) the reward metric after each action but STOP (``trial`` of every one; empty slots and episodes
+        """(B, M·L) the reward metric after each term action (``trial`` of every one; empty slots and episodes
         that ended keep their current metric)."""
-        return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.stop)], 1)
+        return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.switch)], 1)
 
     # ------------------------------------------------------------------ scoring
     def _added(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor, topk: torch.Tensor,

@@ -10,6 +10,10 @@ the candidate set (``num_layers`` > 0; no positions: the set is unordered), and 
 the value come from the context token. ``num_layers: 0`` (the shipped configs) scores candidates independently
 given the context: measured 8-20x cheaper per forward on the CPU than one 128-wide layer (benchmarks/), and the
 chosen terms still reach every candidate through the current-query embedding and the similarity features.
+
+With a choice of start (``retrieval.start: choose``) the context also reads the query's own features
+(``mining.query_features``) and whether the episode switched, and one more logit, the switch to RM3 (legal at the
+first step only), comes from the context token beside STOP's.
 """
 
 from __future__ import annotations
@@ -48,10 +52,14 @@ class ActorCritic(nn.Module):
     """Candidate scorer over tensors only (the part DataParallel splits across GPUs)."""
 
     def __init__(self, emb_dim: int, feat_dim: int, hidden_dim: int = 128, num_heads: int = 4,
-                 num_layers: int = 1, levels: int = 1):
+                 num_layers: int = 1, levels: int = 1, query_dim: int | None = None):
+        """``query_dim``: G, the query features of a choice of start (None: no choice, no switch logit)."""
         super().__init__()
         self.levels = levels
-        self.ctx = nn.Sequential(nn.Linear(2 * emb_dim + 1, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
+        self.choice = query_dim is not None
+        extra = 0 if query_dim is None else query_dim + 1  # the features and the switched flag
+        self.ctx = nn.Sequential(nn.Linear(2 * emb_dim + 1 + extra, hidden_dim), nn.GELU(),
+                                 nn.Linear(hidden_dim, hidden_dim))
         self.cand_emb = nn.Linear(emb_dim, hidden_dim)
         self.cand_feat = nn.Sequential(nn.Linear(feat_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim))
         self.mixer = None
@@ -65,6 +73,9 @@ class ActorCritic(nn.Module):
         self.stop_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
         self.value_head = nn.Sequential(nn.Linear(2 * hidden_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, 1))
         self.stop_bias = nn.Parameter(torch.zeros(()))
+        if self.choice:
+            self.switch_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
+            self.switch_bias = nn.Parameter(torch.zeros(()))
 
     def init_stop_prior(self, num_actions: int) -> None:
         """Start with P(STOP) ≈ 1/2 at every step (``num_actions``: M·L, the actions but STOP): the untrained agent
@@ -73,13 +84,17 @@ class ActorCritic(nn.Module):
         never to learn to stop."""
         with torch.no_grad():
             self.stop_bias.fill_(math.log(num_actions))
+            if self.choice:  # the switch as likely as STOP at the first step: both starts get tried from the start
+                self.switch_bias.fill_(math.log(num_actions))
 
     def forward(self, q0: torch.Tensor, cur: torch.Tensor, step: torch.Tensor, cand: torch.Tensor,
-                feats: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, M·L+1) masked logits (candidate-major, STOP last) and (B,) values; ``legal`` (B, M·L+1)."""
+                feats: torch.Tensor, legal: torch.Tensor, query: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, A) masked logits (candidate-major, then the switch when ``choice``, STOP last) and (B,) values;
+        ``legal`` (B, A); ``query`` (B, G + 1): the query features and the switched flag (``choice`` only)."""
         b, m = cand.shape[:2]
-        open_ = legal[:, :-1].view(b, m, self.levels).any(-1)  # (B, M) candidates still to choose
-        ctx = self.ctx(torch.cat([q0, cur, step[:, None]], dim=1))  # (B, H)
+        open_ = legal[:, : m * self.levels].view(b, m, self.levels).any(-1)  # (B, M) candidates still to choose
+        ctx = self.ctx(torch.cat([q0, cur, step[:, None], *([] if query is None else [query])], dim=1))  # (B, H)
         tok = self.cand_emb(cand) + self.cand_feat(feats) + ctx[:, None, :]  # (B, M, H)
         if self.mixer is not None:
             seq = torch.cat([ctx[:, None, :], tok], dim=1)
@@ -87,8 +102,9 @@ class ActorCritic(nn.Module):
             # chosen/padded candidates are not attended to; the context token always is, so no row is empty
             seq = self.mixer(seq, src_key_padding_mask=pad)
             ctx, tok = seq[:, 0], seq[:, 1:]
-        logits = torch.cat([self.cand_head(tok).reshape(b, m * self.levels), self.stop_head(ctx) + self.stop_bias],
-                           dim=1).float()
+        switch = [self.switch_head(ctx) + self.switch_bias] if self.choice else []
+        logits = torch.cat([self.cand_head(tok).reshape(b, m * self.levels), *switch,
+                            self.stop_head(ctx) + self.stop_bias], dim=1).float()
         logits = logits.masked_fill(~legal, torch.finfo(logits.dtype).min)
         live = open_[:, :, None].to(tok.dtype)
         pooled = (tok * live).sum(1) / live.sum(1).clamp(min=1)
@@ -135,6 +151,8 @@ class EpisodeInputs(NamedTuple):
     """(B, M, 2F) the miner's candidate features, as mined and z-scored per query (``standardise``)."""
     sim_q0: torch.Tensor
     """(B, M, 1) candidate · q0."""
+    query: torch.Tensor
+    """(B, G) the query's own features (``QuerySet.query_feats``; G = 0 without a choice of start)."""
 
 
 class Agent(nn.Module):
@@ -144,14 +162,16 @@ class Agent(nn.Module):
 
     def __init__(self, emb_dim: int, feat_dim: int, max_steps: int, hidden_dim: int = 128, num_heads: int = 4,
                  num_layers: int = 1, levels: int = 1, feature_mask: torch.Tensor | None = None,
-                 core: type[nn.Module] = ActorCritic):
+                 core: type[nn.Module] = ActorCritic, query_dim: int | None = None):
         """``feat_dim``: F, the miner's features; ``levels``: L, the expansion weights an action chooses among;
         ``feature_mask`` (2F + len(EXTRA_FEATURES),): 0 for an input held at 0 (rl_agent.ignore_features);
-        ``core``: the network class (``rl_agent.policy``), built and called as ActorCritic is."""
+        ``core``: the network class (``rl_agent.policy``), built and called as ActorCritic is; ``query_dim``: G,
+        the query features of a choice of start (``retrieval.start: choose``; passed to the core only then)."""
         super().__init__()
-        self.max_steps, self.levels = max_steps, levels
+        self.max_steps, self.levels, self.choice = max_steps, levels, query_dim is not None
         width = 2 * feat_dim + len(EXTRA_FEATURES)
-        self.core = core(emb_dim, width, hidden_dim, num_heads, num_layers, levels)
+        choice = {} if query_dim is None else {"query_dim": query_dim}
+        self.core = core(emb_dim, width, hidden_dim, num_heads, num_layers, levels, **choice)
         mask = torch.ones(width) if feature_mask is None else feature_mask.float()
         # not saved with the weights: it follows from the config, which the policy spec records
         self.register_buffer("feature_mask", mask, persistent=False)
@@ -183,16 +203,23 @@ class Agent(nn.Module):
         cand = self.term_table[qs.cand_rows[qidx]]  # (B, M, D)
         q0 = self.query_table[qs.q_rows[qidx]]
         valid, feats = qs.cand_valid[qidx], qs.cand_feats[qidx]
+        if self.choice and qs.query_feats is None:
+            raise ValueError("this policy chooses its start (retrieval.start: choose); the QuerySet has no query "
+                             "features")
+        query = qs.query_feats[qidx] if self.choice and qs.query_feats is not None else q0[:, :0]
         return EpisodeInputs(valid, cand, q0, torch.cat([feats, standardise(feats, valid)], -1),
-                             cand @ q0.unsqueeze(-1))
+                             cand @ q0.unsqueeze(-1), query)
 
-    def forward(self, ep: EpisodeInputs, chosen: torch.Tensor, step: torch.Tensor, parallel: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits (B, M·L+1) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,).
-        ``parallel``: through the update's wrapper (DataParallel / DDP) rather than the bare core."""
+    def forward(self, ep: EpisodeInputs, chosen: torch.Tensor, step: torch.Tensor,
+                started: torch.Tensor | None = None, parallel: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, A) and values (B,) of episodes ``ep`` with ``chosen`` (B, M) terms at ``step`` (B,); A is
+        M·L+1, or M·L+2 with a choice of start, whose switch is legal at step 0 and ``started`` (B,) says which
+        episodes took it. ``parallel``: through the update's wrapper (DataParallel / DDP) rather than the bare
+        core."""
         b, m = chosen.shape
         open_ = per_action(ep.valid & ~chosen, self.levels)
-        legal = torch.cat([open_, torch.ones_like(ep.valid[:, :1])], dim=1)
+        switch = [(step == 0)[:, None]] if self.choice else []
+        legal = torch.cat([open_, *switch, torch.ones_like(ep.valid[:, :1])], dim=1)
         chosen_f = chosen.to(ep.cand.dtype)
         cur = ep.q0 + (chosen_f.unsqueeze(1) @ ep.cand).squeeze(1)
         cur = cur / cur.norm(dim=1, keepdim=True).clamp(min=1e-6)
@@ -203,4 +230,8 @@ class Agent(nn.Module):
         feats = torch.cat([ep.feats, chosen_f.unsqueeze(-1), frac[:, None, None].expand(-1, m, 1),
                            ep.sim_q0, ep.cand @ cur.unsqueeze(-1), rank[None, :, None].expand(b, -1, 1)], dim=-1)
         feats = feats * self.feature_mask
-        return (self._runner if parallel else self._local)(ep.q0, cur, frac, ep.cand, feats, legal)
+        runner = self._runner if parallel else self._local
+        if not self.choice:
+            return runner(ep.q0, cur, frac, ep.cand, feats, legal)
+        flag = (torch.zeros_like(frac) if started is None else started.to(frac.dtype))[:, None]
+        return runner(ep.q0, cur, frac, ep.cand, feats, legal, torch.cat([ep.query.to(frac.dtype), flag], 1))

@@ -74,6 +74,7 @@ class _Samples(NamedTuple):
 
     qidx: torch.Tensor
     chosen: torch.Tensor
+    started: torch.Tensor
     step: torch.Tensor
     actions: torch.Tensor
     old_logp: torch.Tensor
@@ -88,7 +89,7 @@ def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.
     entropy, approximate KL, clip fraction) as masked means over its real samples."""
     ep = agent.episode_inputs(qs, d.qidx[mb])
     with amp.autocast():
-        logits, values = agent(ep, d.chosen[mb], d.step[mb], parallel=True)
+        logits, values = agent(ep, d.chosen[mb], d.step[mb], d.started[mb], parallel=True)
     logp_all = torch.log_softmax(logits.float(), dim=1)
     logp = logp_all.gather(1, d.actions[mb, None]).squeeze(1)
     values, old_values, adv, ret = values.float(), d.old_values[mb], d.adv[mb], d.ret[mb]
@@ -130,6 +131,7 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     idx = buf.flat_valid(n)
     adv = advantages.reshape(-1)[idx]
     d = _Samples(buf.qidx.reshape(-1)[idx], buf.chosen.reshape(-1, buf.chosen.shape[-1])[idx],
+                 buf.started.reshape(-1)[idx],
                  torch.div(idx, buf.qidx.shape[1], rounding_mode="floor"), buf.actions.reshape(-1)[idx],
                  buf.logprobs.reshape(-1)[idx], buf.values.reshape(-1)[idx],
                  (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8) if n > 1 else adv, returns.reshape(-1)[idx])

@@ -41,11 +41,11 @@ def policy_step(agent: Agent, amp: AmpContext, ep: EpisodeInputs, env: Reformula
     In the env's compact (CPU) mode the forward skips the episodes that ended (their action is STOP, their
     log-prob and value 0: the env ignores them and the buffer masks them)."""
     rows = env.alive.nonzero().squeeze(1) if env.compact else None
-    chosen = env.chosen
+    chosen, started = env.chosen, env.started
     if rows is not None:
-        ep, chosen, step = EpisodeInputs(*(x[rows] for x in ep)), chosen[rows], step[rows]
+        ep, chosen, step, started = EpisodeInputs(*(x[rows] for x in ep)), chosen[rows], step[rows], started[rows]
     with amp.autocast():
-        logits, values = agent(ep, chosen, step)
+        logits, values = agent(ep, chosen, step, started)
     logp_all = torch.log_softmax(logits.float(), dim=1)
     actions = greedy_actions(logp_all) if generator is None else sample_actions(logp_all, generator)
     logp, values = logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
@@ -78,13 +78,15 @@ def collect(agent: Agent, amp: AmpContext, qs: QuerySet, env: ReformulationEnv, 
         if env.compact and not env.alive.any():
             break  # compact (CPU) mode reads values anyway, and the remaining steps would all be masked
         buf.chosen[t, cols] = env.chosen
+        buf.started[t, cols] = env.started
         buf.alive[t, cols] = env.alive
         actions, logp, values = policy_step(agent, amp, ep, env, step, generator)
         buf.actions[t, cols], buf.logprobs[t, cols], buf.values[t, cols] = actions, logp, values
         reward, terminated = env.step(actions)
         buf.rewards[t, cols], buf.terminated[t, cols] = reward, terminated
     length = buf.alive[:, cols].sum(0)
-    return {"return": env.metric - start, "final_metric": env.metric, "length": length.float()}
+    return {"return": env.metric - start, "final_metric": env.metric, "length": length.float(),
+            "switched": env.started.float()}
 
 
 @torch.no_grad()

@@ -24,15 +24,16 @@ from adaptive_ir.rl.rollout import greedy_actions
 
 @torch.no_grad()
 def first_step_gains(env: ReformulationEnv, qidx: torch.Tensor, batch: int) -> torch.Tensor:
-    """(N, M·L) reward of taking each action but STOP as the first action of an episode of query ``qidx[i]`` (a
-    CPU tensor), 0 where the candidate slot is empty. ``batch`` episodes at a time (the env's lanes)."""
+    """(N, A − 1) reward of taking each action but STOP as the first action of an episode of query ``qidx[i]`` (a
+    CPU tensor), 0 where the candidate slot is empty: M·L terms, and the switch to the other start when the env
+    has one. ``batch`` episodes at a time (the env's lanes)."""
     out = []
     for lo in range(0, qidx.shape[0], batch):
         env.reset(qidx[lo:lo + batch])
-        legal = env.legal()[:, :env.stop]
+        legal = env.legal()[:, :env.switch]
         base = env.metric.clone()
-        gains = env.trial_all() - base[:, None]
-        out.append(gains * legal)
+        gains = (env.trial_all() - base[:, None]) * legal
+        out.append(torch.cat([gains, (env.alt_metric - base)[:, None]], 1) if env.choice else gains)
     return torch.cat(out) if out else torch.zeros((0, env.stop), device=env.device)
 
 
@@ -40,16 +41,16 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
                qidx: torch.Tensor, gains: torch.Tensor, epochs: int, minibatch: int, entropy_coef: float,
                max_grad_norm: float, generator: torch.Generator) -> dict[str, float]:
     """Maximise the expected first-step reward of queries ``qidx`` (N,) (on the env's device) with their
-    ``first_step_gains`` (N, M·L), ``epochs`` passes in minibatches of static size (padding weighs 0). The gains are
+    ``first_step_gains`` (N, M·L, and the switch's), ``epochs`` passes in minibatches of static size (padding weighs 0). The gains are
     divided by their spread over real candidates, so the step size does not depend on the metric's scale.
     Returns, before and after, the expected reward of the term the policy would add and the reward of its most
     likely term (STOP aside), and the expected and greedy first-step reward (STOP included)."""
-    qs, device = env.qs, gains.device
+    qs, device, terms = env.qs, gains.device, env.switch
     n = qidx.shape[0]
-    legal = torch.cat([per_action(qs.cand_valid[qidx], env.L),
-                       torch.ones_like(qidx[:, None], dtype=torch.bool)], 1)
+    legal = per_action(qs.cand_valid[qidx], env.L)
     padded = torch.cat([gains, torch.zeros_like(gains[:, :1])], 1)  # STOP earns 0
-    scale = gains[legal[:, :-1]].std(correction=0).clamp(min=1e-6)  # not NaN with a single legal gain
+    gains = gains[:, :terms]  # which term: the switch, like STOP, is left to PPO
+    scale = gains[legal].std(correction=0).clamp(min=1e-6)  # not NaN with a single legal gain
     size = max(1, min(minibatch, n))
     batches = -(-n // size)
     weight = (torch.arange(batches * size, device=device) < n).float().view(batches, size)
@@ -70,8 +71,8 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
         for lo in range(0, n, size):
             rows = torch.arange(lo, min(n, lo + size), device=device)
             logp = policy(rows)
-            top, best = logp[:, :-1].argmax(1), greedy_actions(logp)
-            sums += torch.stack([(torch.softmax(logp[:, :-1], 1) * gains[rows]).sum(),
+            top, best = logp[:, :terms].argmax(1), greedy_actions(logp)
+            sums += torch.stack([(torch.softmax(logp[:, :terms], 1) * gains[rows]).sum(),
                                  gains[rows].gather(1, top[:, None]).sum(), (logp.exp() * padded[rows]).sum(),
                                  padded[rows].gather(1, best[:, None]).sum()])
         with allowed_sync():  # one read per measurement, before and after
@@ -83,7 +84,7 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
         for _ in range(epochs):
             order = torch.cat([torch.randperm(n, generator=generator, device=device), pad]).view(batches, size)
             for mb, w in zip(order, weight):
-                logp = torch.log_softmax(policy(mb)[:, :-1], dim=1)  # the term to add: STOP aside
+                logp = torch.log_softmax(policy(mb)[:, :terms], dim=1)  # the term to add: STOP aside
                 p = logp.exp()
                 reward = (p * gains[mb]).sum(1) / scale
                 entropy = -(p * logp.masked_fill(p == 0, 0.0)).sum(1)

@@ -26,10 +26,12 @@ from adaptive_ir.config.stages import first_stage, on_first_stage
 from adaptive_ir.data import Collection, load_collection
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
 from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
+from adaptive_ir.mining.query_features import QUERY_FEATURES, query_features
 from adaptive_ir.retrieval.analyzer import Analyzer
 from adaptive_ir.retrieval.feedback import SemanticFeedback
+from adaptive_ir.retrieval.index import key_docs, key_scores
 from adaptive_ir.retrieval.retriever import Retriever
-from adaptive_ir.retrieval.rm3 import RM3_CHUNK, rm3_expansion
+from adaptive_ir.retrieval.rm3 import RM3_CHUNK, rm3_anserini_expansion, rm3_expansion
 from adaptive_ir.rl.env import QuerySet
 
 log = logging.getLogger(__name__)
@@ -50,20 +52,60 @@ def rm3_start_cached(retriever: Retriever, terms: list[list[int]], fb_docs: int,
     meta = {"key": fingerprint("rm3-start", retriever.index.meta, fb_docs, fb, terms, vectors, "v2")}
 
     def expand(lo: int, hi: int) -> dict[str, np.ndarray]:
-        start_terms, weights = rm3_expansion(retriever, terms[lo:hi], fb_docs, feedback=feedback,
-                                             query_vectors=None if query_vectors is None else query_vectors[lo:hi],
-                                             unit_query=True)
-        lengths = np.fromiter(map(len, start_terms), np.int64, len(start_terms))
-        return {"lengths": lengths,
-                "terms": np.fromiter((t for q in start_terms for t in q), np.int64, lengths.sum()),
-                "weights": np.fromiter((w for q in weights for w in q), np.float64, lengths.sum())}
+        return _flat(*rm3_expansion(retriever, terms[lo:hi], fb_docs, feedback=feedback, unit_query=True,
+                                    query_vectors=None if query_vectors is None else query_vectors[lo:hi]))
 
     # saved a chunk of queries at a time: an interrupted run resumes at the first chunk not saved
     arrays, _ = load_or_compute_rows(Path(cache_dir) / f"start-rm3-{meta['key']}", meta, len(terms), RM3_CHUNK,
                                      expand, "RM3 start")
+    return _ragged(arrays)
+
+
+def _ragged(arrays: dict[str, np.ndarray]) -> tuple[list[list[int]], list[list[float]]]:
+    """Rows of (term ids, weights) from ``lengths`` and the flat ``terms`` and ``weights``."""
     bounds = np.concatenate([[0], np.cumsum(arrays["lengths"])]).tolist()
     flat_t, flat_w = arrays["terms"].tolist(), arrays["weights"].tolist()
     return ([flat_t[a:b] for a, b in zip(bounds, bounds[1:])], [flat_w[a:b] for a, b in zip(bounds, bounds[1:])])
+
+
+def _flat(terms: list[list[int]], weights: list[list[float]]) -> dict[str, np.ndarray]:
+    lengths = np.fromiter(map(len, terms), np.int64, len(terms))
+    return {"lengths": lengths, "terms": np.fromiter((t for q in terms for t in q), np.int64, lengths.sum()),
+            "weights": np.fromiter((w for q in weights for w in q), np.float64, lengths.sum())}
+
+
+def rm3_choice(retriever: Retriever, texts: list[str], terms: list[list[int]]) -> dict[str, np.ndarray]:
+    """The other start of ``retrieval.start: choose`` and what the choice is made from, for each query: its RM3
+    expansion as Anserini computes it (``rm3_anserini_expansion``), every weight multiplied by the power of two
+    nearest to 1 / (the weight RM3 gives one query word, ``orig_weight`` / its token count): a query word then
+    weighs about 1, like the agent's own, and float32 scores scale exactly, so the ranking is RM3's to the bit; and
+    the query features (``mining.query_features``) over its first ranking and RM3's. Ragged arrays (lengths, term
+    ids, weights) and ``features`` (Q, G)."""
+    exp_t, exp_w = rm3_anserini_expansion(retriever, texts)
+    scale = [2.0 ** round(np.log2(max(len(retriever.analyzer.tokenize(t)), 1) / 0.5)) for t in texts]
+    exp_w = [[float(np.float32(w * s)) for w in row] for row, s in zip(exp_w, scale)]
+    depth = 40
+    first = retriever.rankings(terms, depth)
+    index = retriever.index
+    pt, pw = index.pad(exp_t, exp_w)
+    alt = index.topk_keys(pt.to(index.device), pw.to(index.device), depth).cpu()
+    feats = query_features(index, terms, exp_t, exp_w, key_docs(first).numpy(), key_scores(first).numpy(),
+                           torch.where(alt >= 0, key_docs(alt), -1).numpy())
+    return {**_flat(exp_t, exp_w), "features": feats}
+
+
+def rm3_choice_cached(retriever: Retriever, texts: list[str], terms: list[list[int]], cache_dir: Path | None
+                      ) -> tuple[tuple[list[list[int]], list[list[float]]], np.ndarray]:
+    """``rm3_choice`` computed once per index and query texts (``<cache_dir>/choice-rm3-<key>/``, in chunks an
+    interrupted run resumes from): ((term ids, weights) per query, features (Q, G))."""
+    if cache_dir is None:
+        arrays = rm3_choice(retriever, texts, terms)
+    else:
+        meta = {"key": fingerprint("rm3-choice", retriever.index.meta, texts, QUERY_FEATURES, "v1")}
+        arrays, _ = load_or_compute_rows(Path(cache_dir) / f"choice-rm3-{meta['key']}", meta, len(texts),
+                                         RM3_CHUNK, lambda lo, hi: rm3_choice(retriever, texts[lo:hi], terms[lo:hi]),
+                                         "RM3 choice")
+    return _ragged(arrays), arrays["features"].astype(np.float32).reshape(len(texts), len(QUERY_FEATURES))
 
 
 def configured_retriever(cfg: Config, collection: Collection, device: torch.device,
@@ -190,7 +232,7 @@ class Workspace:
         """The queries the rewrites start from (``retrieval.start``), as (term ids, weights): the queries' own
         ``terms`` (weights None: 1 each), or their RM3 expansions over the agent's feedback documents, each query
         word weighing 1."""
-        if self.cfg.retrieval.start == "query":
+        if self.cfg.retrieval.start != "rm3":  # choose: the query; the switch is the QuerySet's other start
             return terms, None
         key = tuple(texts)
         if self._last_start is not None and self._last_start[0] == key:
@@ -235,9 +277,14 @@ class Workspace:
         # Nogueira & Cho's rule (data.exclude_query_title): the document whose title is the query never counts
         excluded = self.collection.excluded_docs(name)
         exclude = self.collection.doc_positions([excluded.get(q, "") for q in qids]) if excluded else None
+        alt, qfeats = None, None
+        if self.cfg.retrieval.start == "choose":
+            cache = self.cfg.cache_path_dir if cache_candidates and self.cfg.candidate_mining.cache_enabled else None
+            with self.phases("rm3 choice", f"RM3 choice ({len(texts)} queries)"):
+                alt, qfeats = rm3_choice_cached(self.retriever, list(texts), terms, cache)
         qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
                             self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude,
-                            query_weights=start_weights)
+                            query_weights=start_weights, alt_query=alt, query_feats=qfeats)
         tables = Tables(torch.as_tensor(q_emb.reshape(-1, self.embedder.dim)).to(self.device),
                         torch.as_tensor(t_emb).to(self.device), term_texts)
         self.phases.add(f"query set {name}", time.perf_counter() - start)

@@ -80,10 +80,11 @@ def parallel_wrapper(core: nn.Module, device: torch.device, amp: AmpContext, min
     return None
 
 
-CollectStats = TypedDict("CollectStats", {"return": float, "final_metric": float, "length": float, "episodes": int,
-                                           "steps": int, "local_steps": int, "max_local_steps": int})
-"""What ``Trainer._collect`` returns: the update's mean return, final metric and episode length, its episodes and
-steps (over every rank), and this rank's and the largest rank's transitions."""
+CollectStats = TypedDict("CollectStats", {"return": float, "final_metric": float, "length": float, "switched": float,
+                                           "episodes": int, "steps": int, "local_steps": int, "max_local_steps": int})
+"""What ``Trainer._collect`` returns: the update's mean return, final metric and episode length, the share of its
+episodes that switched to the other start (``retrieval.start: choose``), its episodes and steps (over every rank),
+and this rank's and the largest rank's transitions."""
 
 
 class Trainer:
@@ -228,6 +229,8 @@ class Trainer:
                        "charts/SPS": stats["steps"] / elapsed, "charts/episodes_per_s": stats["episodes"] / t_collect,
                        **{f"losses/{k}": v for k, v in losses.items() if k not in ("minibatches", "samples")},
                        "losses/nonfinite_total": self.nonfinite_total}
+                if self.source.env.choice:
+                    row["charts/switched"] = stats["switched"]
                 if self.is_main and (self.update % tc.log_freq == 0 or self.update == self.total_updates):
                     assert monitor is not None and gpu is not None  # rank 0 made both
                     monitor.log(self.update, row | gpu.latest(), self.steps, self.episodes)
@@ -343,7 +346,7 @@ class Trainer:
         self.buf = src.buf
         src.buf.clear()
         self.agent.use_tables(src.tables)
-        rets, finals, lens = [], [], []
+        rets, finals, lens, switched = [], [], [], []
         for r in range(self.rounds):
             qidx = src.shard[src.sampler.next(self.episodes_per_round)]
             s = collect(self.agent, self.amp, src.qs, src.env, src.buf, qidx, r * self.episodes_per_round,
@@ -351,19 +354,22 @@ class Trainer:
             rets.append(s["return"])
             finals.append(s["final_metric"])
             lens.append(s["length"])
+            switched.append(s["switched"])
         local = torch.cat(lens).sum()  # this rank's transitions: the update's sample count
-        means = torch.stack([torch.cat(rets).mean(), torch.cat(finals).mean(), torch.cat(lens).mean(), local])
+        means = torch.stack([torch.cat(rets).mean(), torch.cat(finals).mean(), torch.cat(lens).mean(),
+                             torch.cat(switched).mean(), local])
         peak = local.clone()
         if self.world > 1:  # every rank rolls out the same number of episodes: the mean of means is the mean
             torch.distributed.all_reduce(means)
             torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
-            means[:3] /= self.world
+            means[:4] /= self.world
         with allowed_sync():  # the collect phase's one read
-            ret, final, length, steps, local, peak = torch.cat([means, local[None], peak[None]]).tolist()
+            ret, final, length, share, steps, local, peak = torch.cat([means, local[None], peak[None]]).tolist()
         n_eps = self.world * self.rounds * self.episodes_per_round
         self.episodes += n_eps
         self.steps += int(steps)
-        return {"return": ret, "final_metric": final, "length": length, "episodes": n_eps, "steps": int(steps),
+        return {"return": ret, "final_metric": final, "length": length, "switched": share, "episodes": n_eps,
+                "steps": int(steps),
                 "local_steps": int(local), "max_local_steps": int(peak)}
 
     def _eval_due(self, episodes_before: int) -> bool:
