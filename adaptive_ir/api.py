@@ -121,8 +121,10 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
 
 
 def evaluate_config(cfg: Config, source: SavedPolicy | None, split: str, baselines: bool, oracle: bool,
-                    run_dir: str | Path | None, progress: bool, portable: bool = False) -> tuple[dict, str, str | None]:
+                    run_dir: str | Path | None, progress: bool, portable: bool = False,
+                    risk: dict | None = None) -> tuple[dict, str, str | None]:
     """(results, collection name, where the agent's weights came from) of one evaluation; shared by the CLI.
+    ``risk``: filled with the agent's queries helped and hurt against each baseline (``evaluate_split``).
     ``source``: a checkpoint checked to fit ``cfg``'s collection, or with ``portable`` a policy applied to another
     collection (``pretrained_config``'s, checked by its spec alone); None: no agent (``load_agent``)."""
     import torch
@@ -140,7 +142,7 @@ def evaluate_config(cfg: Config, source: SavedPolicy | None, split: str, baselin
     if source is not None:
         agent, amp, origin = load_agent(source, cfg, ws, device, portable=portable)
     results = evaluate_split(cfg, ws, agent, amp, split, baselines=baselines or agent is None,
-                             run_dir=Path(run_dir) if run_dir else None, oracle=oracle)
+                             run_dir=Path(run_dir) if run_dir else None, oracle=oracle, risk=risk)
     return results, ws.collection.name, origin
 
 

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--oracle", action="store_true",
                    help="include the qrels oracle (greedy best-term selection over the same candidates)")
     e.add_argument("--split", default="test")
-    e.add_argument("--json", help="write {method: {metric: value}} here")
+    e.add_argument("--json", help="write {method: {metric: value}} here (with --baselines and a policy, the "
+                   "queries it helps and hurts against each baseline beside it: <name>.risk.json)")
     e.add_argument("--markdown", help="write the table here")
     e.add_argument("--run-dir", help="write TREC run files here")
 
@@ -260,23 +261,31 @@ def cmd_evaluate(args) -> int:
         cfg = checkpoint_config(source, config_overrides(args))  # the config it was trained with
     else:
         cfg = load_config(args.config or "quickstart", config_overrides(args))
+    risk: dict = {}
     results, name, origin = evaluate_config(cfg, source, args.split, args.baselines, args.oracle, args.run_dir,
-                                            not args.no_progress, portable=portable)
+                                            not args.no_progress, portable=portable, risk=risk)
     if origin:
         print(origin, flush=True)
-    _report(results, f"{name} / {args.split}", args.json, args.markdown)
+    _report(results, f"{name} / {args.split}", args.json, args.markdown, risk)
     return 0
 
 
-def _report(results: dict[str, dict[str, float]], title: str, json_path: str | None, markdown: str | None) -> None:
-    """Print the table of ``results``; write them as JSON and the table as Markdown where asked."""
+def _report(results: dict[str, dict[str, float]], title: str, json_path: str | None, markdown: str | None,
+            risk: dict | None = None) -> None:
+    """Print the table of ``results`` (and of the agent's ``risk`` against the baselines, when there is one);
+    write them as JSON (the risk beside it, ``<name>.risk.json``) and the tables as Markdown where asked."""
     from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
     from adaptive_ir.evaluation.metrics import format_table
+    from adaptive_ir.evaluation.risk import format_risk
 
     table = format_table(results, title)
+    if risk:
+        table += "\n\n" + format_risk(risk, title=f"{title}: queries the agent helps and hurts")
     print(table)
     if json_path:
         atomic_write_json(json_path, results)
+        if risk:
+            atomic_write_json(Path(json_path).with_suffix(".risk.json"), risk)
     if markdown:
         atomic_write_bytes(markdown, (table + "\n").encode("utf-8"))
 

@@ -40,6 +40,10 @@ def test_a_shipped_policy_evaluates_zero_shot_on_a_collection_it_never_saw(workd
     assert f"exported policy {SHIPPED_DIR / POLICY}" in printed  # where the weights came from
     results = json.loads(out.read_text())
     assert {"bm25", "rm3", "agent"} <= results.keys()
+    # and how many queries it helps and hurts against each baseline, per metric, with TRisk
+    risk = json.loads(out.with_suffix(".risk.json").read_text())
+    assert {"bm25", "rm3", "bm25-anserini", "rm3-anserini"} <= risk.keys()
+    assert "| agent against | R@40 helped | R@40 hurt | R@40 TRisk |" in printed
     # the policy rewrites: its ranked lists are not BM25's
     assert (workdir / "runs" / "test.agent.trec").read_text() != (workdir / "runs" / "test.bm25.trec").read_text()
     assert any((workdir / "runs" / "pretrained" / "cache").glob("candidates-test-*"))  # cached for the next call

@@ -109,3 +109,29 @@ def test_mean_std_over_seeds():
     mean, std = stats.mean_std([0.2, 0.4, 0.6])
     assert mean == pytest.approx(0.4) and std == pytest.approx(0.2)  # sample std (ddof 1)
     assert stats.mean_std([0.3]) == (0.3, None)
+
+
+def test_trisk_counts_a_loss_twice_and_is_studentised():
+    from adaptive_ir.evaluation.risk import trisk
+
+    d = np.array([0.2, -0.1, 0.0, 0.3, -0.05])
+    r = np.array([0.2, -0.2, 0.0, 0.3, -0.1])  # losses doubled (alpha 1)
+    assert trisk(d) == pytest.approx(r.mean() / (r.std(ddof=1) / np.sqrt(5)))
+    assert trisk(np.zeros(4)) == 0.0
+    # a rewrite that gains 0.1 on half the queries and loses 0.1 on the other half has mean 0 but is risky
+    assert trisk(np.array([0.1, -0.1] * 30)) < -2
+
+
+def test_risk_table_counts_the_queries_each_baseline_wins_and_loses():
+    from adaptive_ir.evaluation.risk import format_risk, risk_table
+
+    qrels = {"a": {"d1": 1}, "b": {"d2": 1}, "c": {"d3": 1}}
+    agent = {"a": {"d1": 2.0, "x": 1.0}, "b": {"x": 2.0, "d2": 1.0}, "c": {"y": 1.0}}
+    bm25 = {"a": {"x": 2.0, "d1": 1.0}, "b": {"y": 1.0}, "c": {"y": 1.0}}
+    table = risk_table(qrels, {"agent": agent, "bm25": bm25}, ["a", "b", "c"], "agent", ["bm25"])
+    row = table["bm25"]
+    # nDCG@10: a rises (d1 first), b rises (d2 found), c ties; R@40: only b rises
+    assert (row["nDCG@10 helped"], row["nDCG@10 hurt"]) == (2, 0)
+    assert (row["R@40 helped"], row["R@40 hurt"]) == (1, 0)
+    text = format_risk(table)
+    assert text.splitlines()[0].startswith("| agent against | R@40 helped") and "| bm25 | 1 | 0 |" in text

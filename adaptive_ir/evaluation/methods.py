@@ -41,6 +41,7 @@ from adaptive_ir.evaluation.metrics import (
     write_trec_run,
 )
 from adaptive_ir.evaluation.oracle import oracle_run
+from adaptive_ir.evaluation.risk import risk_table
 from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.workspace import Workspace
 
@@ -253,11 +254,16 @@ def write_runs(run_dir: str | Path, split: str, runs: dict[str, Run]) -> None:
 
 
 def evaluate_split(cfg: Config, ws: Workspace, agent: Agent | None, amp: AmpContext | None, split: str,
-                   baselines: bool = True, run_dir: Path | None = None, oracle: bool = False
-                   ) -> dict[str, dict[str, float]]:
-    """{method: {metric: mean over every query of the split}}; TREC runs written to ``run_dir`` when given."""
+                   baselines: bool = True, run_dir: Path | None = None, oracle: bool = False,
+                   risk: dict | None = None) -> dict[str, dict[str, float]]:
+    """{method: {metric: mean over every query of the split}}; TREC runs written to ``run_dir`` when given;
+    ``risk``, when given and there are an agent and baselines, is filled with ``risk.risk_table`` of the agent
+    against each baseline and the dev-chosen rule."""
     qids, qrels, runs = split_runs(cfg, ws, split, agent, amp, baselines, oracle)
     if run_dir is not None:
         write_runs(run_dir, split, runs)
+    against = [m for m in runs if Method.of(m).baseline or Method.of(m).kind == "dev-chosen"]
+    if risk is not None and "agent" in runs and against:
+        risk.update(risk_table(qrels, runs, qids, "agent", against))
     measures = report_measures(cfg.retrieval.top_k)
     return {name: evaluate_run(qrels, run, measures, qids=qids) for name, run in runs.items()}

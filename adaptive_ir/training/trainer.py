@@ -34,6 +34,7 @@ from adaptive_ir.common.telemetry import GPUTelemetry, PhaseTimer, Window, descr
 from adaptive_ir.config import Config, config_to_dict, resolve_device
 from adaptive_ir.evaluation.methods import evaluate_split
 from adaptive_ir.evaluation.metrics import format_table
+from adaptive_ir.evaluation.risk import format_risk
 from adaptive_ir.rl.buffer import compute_gae
 from adaptive_ir.rl.env import QuerySet
 from adaptive_ir.rl.factory import build_agent
@@ -488,12 +489,16 @@ class Trainer:
         """Evaluate the best checkpoint on the test split beside BM25 and RM3; writes test_metrics.json."""
         path = Path(checkpoint) if checkpoint else self.ckpt_dir / "best.pt"
         self.agent.core.load_state_dict(load_compatible(path, self.cfg, self.ws)["model"])
+        risk: dict = {}
         results = evaluate_split(self.cfg, self.ws, self.agent, self.amp, "test", baselines=True,
-                                 run_dir=Path(self.cfg.training.output_dir) / "runs", oracle=oracle)
+                                 run_dir=Path(self.cfg.training.output_dir) / "runs", oracle=oracle, risk=risk)
         out = Path(self.cfg.training.output_dir)
+        title = f"{self.ws.collection.name} / test"
         atomic_write_json(out / "test_metrics.json", results)
-        atomic_write_bytes(out / "test_metrics.md", (format_table(results, f"{self.ws.collection.name} / test")
-                                                     + "\n").encode("utf-8"))
+        atomic_write_json(out / "test_risk.json", risk)
+        atomic_write_bytes(out / "test_metrics.md", (format_table(results, title) + "\n\n"
+                                                     + format_risk(risk, title=f"{title}: queries the agent helps "
+                                                                   "and hurts") + "\n").encode("utf-8"))
         return results
 
 
