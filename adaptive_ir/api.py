@@ -120,6 +120,30 @@ def evaluate_pretrained(policy: str | Path, data_dir: str | None = None, *, spli
     return evaluate_config(cfg, saved, split, baselines, False, run_dir, progress, portable=True)[0]
 
 
+def choose_first_stage(cfg: Config, source: SavedPolicy, progress: bool = False, portable: bool = False
+                       ) -> tuple[Config, str]:
+    """``cfg`` on the first stage where the policy ``source`` has the higher dev R@40 on ``cfg``'s collection, and a
+    line that says which and why. A collection without dev queries keeps the stage ``cfg`` names (the policy's own,
+    for a shipped one): there is nothing to choose by without judgments, and the line says so."""
+    from adaptive_ir.common.errors import DataError
+    from adaptive_ir.config import FIRST_STAGES, first_stage, on_first_stage
+    from adaptive_ir.evaluation.methods import DEV_SPLIT, SELECTION_METRIC
+
+    scores: dict[str, float] = {}
+    try:
+        for stage in FIRST_STAGES:
+            staged = on_first_stage(cfg, stage)
+            scores[stage] = evaluate_config(staged, source, DEV_SPLIT, False, False, None, progress,
+                                            portable)[0]["agent"][SELECTION_METRIC]
+    except DataError as e:
+        if DEV_SPLIT in str(e):
+            return cfg, f"first stage: {first_stage(cfg)} (no dev queries to choose by: {e})"
+        raise
+    best = max(scores, key=scores.__getitem__)
+    shown = ", ".join(f"{s} {v:.4f}" for s, v in scores.items())
+    return on_first_stage(cfg, best), f"first stage: {best}, chosen on dev (agent {SELECTION_METRIC}: {shown})"
+
+
 def evaluate_config(cfg: Config, source: SavedPolicy | None, split: str, baselines: bool, oracle: bool,
                     run_dir: str | Path | None, progress: bool, portable: bool = False,
                     risk: dict | None = None) -> tuple[dict, str, str | None]:

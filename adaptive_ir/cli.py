@@ -20,7 +20,7 @@ OOM_ADVICE = ("CUDA out of memory. Lower training.collect_batch_size (episodes p
               "training.batch_size (PPO minibatch), then keep AMP on (training.use_amp: true).")
 
 
-def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, seed: bool = True, auto_stage: bool = False) -> None:
     p.add_argument("--config", default="quickstart",
                    help="YAML file, or a name in configs/ (quickstart, scifact, msa_optimized_gpu, ...)")
     p.add_argument("--data-dir", help="override data.data_dir")
@@ -28,18 +28,20 @@ def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (override system.device)")
     if seed:
         p.add_argument("--seed", type=int, help="override system.seed")
-    _first_stage(p)
+    _first_stage(p, auto_stage)
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _first_stage(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--first-stage", choices=list(FIRST_STAGES),
+def _first_stage(p: argparse.ArgumentParser, auto: bool = False) -> None:
+    p.add_argument("--first-stage", choices=[*FIRST_STAGES, *(["auto"] if auto else [])],
                    help="index and BM25 to run over: " + "; ".join(f"{name}, {text}" for name, text in
                                                                    STAGE_DESCRIPTIONS.items())
-                   + "; sets the retrieval keys (--set wins)")
+                   + "; sets the retrieval keys (--set wins)"
+                   + ("; auto: the one where the policy has the higher dev R@40 on this collection (said on "
+                      "the first line; without dev queries, the policy's own)" if auto else ""))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--test", action="store_true", help="after training, evaluate the best checkpoint on test")
 
     e = sub.add_parser("evaluate", help="evaluate BM25 / RM3 baselines and optionally a trained agent")
-    _common(e)
+    _common(e, auto_stage=True)
     e.add_argument("--checkpoint", help="also evaluate this agent checkpoint")
     e.add_argument("--policy", help="evaluate a trained policy on a collection it may never have seen, with no "
                    "training: a shipped policy's name (nfcorpus-seed-1, ...), an exported policy folder or a "
@@ -244,13 +246,19 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from adaptive_ir.api import checkpoint_config, evaluate_config
+    from adaptive_ir.api import checkpoint_config, choose_first_stage, evaluate_config
     from adaptive_ir.artifacts.checkpoint import SavedPolicy, pretrained_config
     from adaptive_ir.common.errors import ConfigError
     from adaptive_ir.config import load_config
 
     source = None if args.checkpoint is None else SavedPolicy.read(args.checkpoint)
     portable = args.policy is not None
+    auto = args.first_stage == "auto"
+    if auto:
+        if args.checkpoint is None and args.policy is None:
+            raise ConfigError("--first-stage auto chooses the stage a policy runs best over: give --policy or "
+                              "--checkpoint")
+        args.first_stage = None
     if portable:
         if args.checkpoint is not None or args.config is not None:
             raise ConfigError(f"--policy {args.policy}: goes alone (its own config says how to index, mine and embed "
@@ -261,6 +269,10 @@ def cmd_evaluate(args) -> int:
         cfg = checkpoint_config(source, config_overrides(args))  # the config it was trained with
     else:
         cfg = load_config(args.config or "quickstart", config_overrides(args))
+    if auto:
+        assert source is not None  # a policy or a checkpoint, checked above
+        cfg, note = choose_first_stage(cfg, source, not args.no_progress, portable)
+        print(note, flush=True)
     risk: dict = {}
     results, name, origin = evaluate_config(cfg, source, args.split, args.baselines, args.oracle, args.run_dir,
                                             not args.no_progress, portable=portable, risk=risk)

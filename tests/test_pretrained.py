@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -123,3 +124,15 @@ def test_an_ensemble_of_one_policy_acts_as_that_policy_and_members_must_fit(work
     with pytest.raises(SystemExit) as exit_:
         ensemble_eval.main(["--policy", POLICY, "--member", replica, "--split", "test", *FAST])
     assert_clean_error(exit_.value.code, capsys.readouterr().err, f"--member {replica}", "max_steps_per_episode")
+
+
+def test_first_stage_auto_runs_the_policy_over_the_stage_it_does_best_on_dev(workdir, capsys, monkeypatch):
+    monkeypatch.chdir(workdir)
+    assert main(["evaluate", "--policy", POLICY, "--first-stage", "auto", "--split", "test", "--device", "cpu",
+                 "--no-progress", *FAST]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    m = re.fullmatch(r"first stage: (\w+), chosen on dev \(agent R@40: default ([\d.]+), anserini ([\d.]+)\)", first)
+    assert m, first
+    assert m[1] == ("default" if float(m[2]) >= float(m[3]) else "anserini")  # the higher (the first on a tie)
+    assert main(["evaluate", "--first-stage", "auto", "--no-progress", "--device", "cpu"]) != 0
+    assert "give --policy or --checkpoint" in capsys.readouterr().err
