@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from adaptive_ir.common.amp import AmpContext
@@ -12,6 +14,8 @@ from adaptive_ir.rl.factory import make_env
 from adaptive_ir.rl.policy import Agent
 from adaptive_ir.rl.rollout import greedy_rewrite
 from adaptive_ir.rl.workspace import Tables, Workspace
+
+log = logging.getLogger(__name__)
 
 
 def rrf(runs: list[Run], k: int, depth: int) -> Run:
@@ -45,6 +49,7 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
     added: list[list[str]] = [[] for _ in range(len(qs))]
     l0 = qs.terms.shape[1]
     vocab = ws.retriever.vocab.surface
+    switched = 0
     for v in range(variants):
         scores, docs = [], []
         for lo in range(0, len(qs), batch_size):
@@ -54,12 +59,15 @@ def agent_run(cfg: Config, ws: Workspace, agent: Agent, amp: AmpContext, qs: Que
             scores.append(s.cpu())
             docs.append(d.cpu())
             if v == 0:
+                switched += int(env.started.sum()) if env.choice else 0
                 for i, row in zip(qidx.tolist(), terms[:, l0:].tolist()):
                     added[i] = [vocab[t] for t in row if t != ws.retriever.index.pad_id]
                 if weighted is not None:
                     weighted.extend([(vocab[t], w) for t, w in zip(row_t, row_w) if t != ws.retriever.index.pad_id]
                                     for row_t, row_w in zip(terms.tolist(), weights.tolist()))
         runs.append(to_run(qs.qids, ws.retriever.doc_ids, torch.cat(scores).numpy(), torch.cat(docs).numpy()))
+    if env.choice:
+        log.info("agent: %d of %d queries switched to RM3", switched, len(qs))
     if variants == 1:
         return runs[0], added
     return rrf(runs, cfg.rrf_fusion.k_constant, k), added
