@@ -188,3 +188,28 @@ def test_a_policy_that_stops_at_once_reports_bm25(keys):
     assert report["split"] == "dev" and report["env_steps"] == 123
     assert set(report["agent"]) == set(HEADLINE) and report["agent"] == report["bm25"]
     assert 0 < report["bm25"]["R@40"] < 1
+
+
+def test_a_choice_of_start_shows_in_both_front_ends(keys):
+    # retrieval.start = choose: one more action (the switch to RM3, legal at the first step), the query features
+    # and the switched flag in the observation; the checkers pass and the switch's reward is the engine's
+    from torchrl.envs.utils import check_env_specs
+
+    from adaptive_ir.envs.torchrl_env import ReformulateTorchRLEnv
+
+    keys = {**keys, "retrieval__start": "choose"}
+    env = gym.make(ENV_ID, **keys)
+    check_env(env.unwrapped, skip_render_check=True)
+    venv = gym.make_vec(ENV_ID, num_envs=4, **keys)
+    obs, _ = venv.reset(seed=0)
+    m, levels = obs["valid"].shape[1], len(venv.unwrapped.source.cfg.retrieval.levels)
+    assert venv.single_action_space.n == m * levels + 2
+    assert obs["action_mask"][:, m * levels].all() and not obs["switched"].any()
+    engine = venv.unwrapped.source.env
+    recorder, before = Recorder(engine), engine.metric.clone()
+    obs, reward, *_ = venv.step(np.full(4, m * levels))
+    assert obs["switched"].all() and not obs["action_mask"][:, m * levels].any()
+    torch.testing.assert_close(torch.as_tensor(reward, dtype=torch.float32), engine.alt_metric - before)
+    venv.step(np.full(4, m * levels + 1))  # STOP: each episode was its query's RM3
+    assert recorder.replay_matches(venv.unwrapped.source) == 4
+    check_env_specs(ReformulateTorchRLEnv(4, **keys))

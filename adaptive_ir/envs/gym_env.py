@@ -4,8 +4,10 @@ restarting on its own) and ``ReformulateEnv`` (one episode, for ``gymnasium.make
 **Observation** (a ``Dict``; M candidates, D embedding dimensions, F miner features, L expansion weights):
 ``query`` (D,) the query's embedding; ``candidates`` (M, D) its candidate terms' embeddings (zero rows past its
 candidates); ``features`` (M, F) the miner's features of each candidate, as mined; ``valid`` (M,) which slots hold a
-candidate; ``chosen`` (M,) those added so far; ``step`` the steps taken; ``action_mask`` (M·L + 1,) the legal actions.
-**Action**: ``Discrete(M·L + 1)``: action a < M·L adds candidate a // L at weight ``levels[a % L]``; M·L is STOP. An
+candidate; ``chosen`` (M,) those added so far; ``step`` the steps taken; ``action_mask`` (M·L + 1,) the legal actions;
+with a choice of start (``retrieval.start: choose``) also ``query_features`` (G,) and ``switched``.
+**Action**: ``Discrete(M·L + 1)``: action a < M·L adds candidate a // L at weight ``levels[a % L]``; M·L is STOP (with
+a choice of start, ``Discrete(M·L + 2)``: M·L switches to RM3, legal at the first step, and M·L + 1 is STOP). An
 action the mask forbids ends the episode as STOP does. **Reward**: the change of the reward metric (R@40 by default)
 of the rewritten query's ranking, from the judgments, so an episode's return is metric(final) − metric(start).
 **Episode end**: STOP, or the ``max_steps``-th step (terminal: the step is observed, there is nothing to
@@ -46,12 +48,15 @@ def observation_space(src: EnvSource, observation: str = "embeddings") -> spaces
                                         "candidate_rows": spaces.MultiDiscrete([src.tables.term.shape[0]] * m)}
     else:
         ids = {"query": box(d), "candidates": box(m, d)}
+    qf = src.qs.query_feats
+    choice = ({"query_features": box(qf.shape[1]), "switched": spaces.Discrete(2)}
+              if src.env.choice and qf is not None else {})
     return spaces.Dict({**ids, "features": box(m, f), "valid": spaces.MultiBinary(m), "chosen": spaces.MultiBinary(m),
                         "step": spaces.Discrete(src.env.max_steps + 1),
-                        "action_mask": spaces.MultiBinary(src.num_actions)})
+                        "action_mask": spaces.MultiBinary(src.num_actions), **choice})
 
 
-_INTEGERS = ("step", "query_row", "candidate_rows")
+_INTEGERS = ("step", "query_row", "candidate_rows", "switched")
 
 
 def to_numpy(obs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -52,7 +52,8 @@ class EnvSource:
 
     @property
     def num_actions(self) -> int:
-        """M·L + 1: every candidate at every weight, and STOP (the last)."""
+        """M·L + 1: every candidate at every weight, and STOP (the last); M·L + 2 with a choice of start
+        (``retrieval.start: choose``: the switch to RM3 is action M·L)."""
         return self.env.stop + 1
 
     def observe(self, rows: bool = False) -> dict[str, torch.Tensor]:
@@ -64,8 +65,10 @@ class EnvSource:
             ids = {"query_row": qs.q_rows[qidx], "candidate_rows": qs.cand_rows[qidx]}
         else:
             ids = {"query": self.tables.query[qs.q_rows[qidx]], "candidates": self.tables.term[qs.cand_rows[qidx]]}
+        choice = ({"query_features": qs.query_feats[qidx], "switched": env.started.clone()}
+                  if env.choice and qs.query_feats is not None else {})
         return {**ids, "features": qs.cand_feats[qidx], "valid": qs.cand_valid[qidx], "chosen": env.chosen.clone(),
-                "step": env.steps.clone(), "action_mask": env.legal()}
+                "step": env.steps.clone(), "action_mask": env.legal(), **choice}
 
     def legalize(self, actions: torch.Tensor) -> torch.Tensor:
         """``actions`` with every one the mask forbids replaced by STOP: an illegal action ends the episode."""

@@ -43,6 +43,10 @@ class ReformulateTorchRLEnv(EnvBase):
                    "candidate_rows": Unbounded((*b, m), device=dev, dtype=torch.int64)}
         else:
             ids = {"query": Unbounded((*b, d), device=dev), "candidates": Unbounded((*b, m, d), device=dev)}
+        qf = src.qs.query_feats
+        if src.env.choice and qf is not None:  # retrieval.start: choose (gym_env's docstring)
+            ids |= {"query_features": Unbounded((*b, qf.shape[1]), device=dev),
+                    "switched": Unbounded(b, device=dev, dtype=torch.bool)}
         self.observation_spec = Composite(
             **ids, features=Unbounded((*b, m, f), device=dev), valid=Binary(m, (*b, m), device=dev, dtype=torch.bool),
             chosen=Binary(m, (*b, m), device=dev, dtype=torch.bool),
