@@ -18,12 +18,19 @@ from adaptive_ir.rl.env import QuerySet, ReformulationEnv
 from adaptive_ir.rl.policy import Agent, EpisodeInputs
 
 
-def greedy_actions(logp: torch.Tensor) -> torch.Tensor:
-    """Deterministic actions from (B, A+1) log-probs (STOP last), in two stages: STOP when P(STOP) > ½, else the
-    most likely (term, weight). A plain argmax over all actions stops whenever P(STOP) beats every single term, even when
-    continuing is far more likely than stopping."""
-    stop = logp[:, -1] > math.log(0.5)
-    return torch.where(stop, logp.shape[1] - 1, logp[:, :-1].argmax(1))
+def greedy_actions(logp: torch.Tensor, switch: int | None = None) -> torch.Tensor:
+    """Deterministic actions from (B, A+1) log-probs (STOP last), in two stages: the most likely *kind* of action,
+    STOP, adding a term or (``switch``: the switch's index, with a choice of start) switching, by its total
+    probability; then, for a term, the most likely (term, weight). Without a switch that is STOP when P(STOP) > ½.
+    A plain argmax over all actions stops (or switches) whenever that one action beats every single term, even when
+    adding a term is far more likely."""
+    if switch is None:
+        stop = logp[:, -1] > math.log(0.5)
+        return torch.where(stop, logp.shape[1] - 1, logp[:, :-1].argmax(1))
+    p_term = torch.logsumexp(logp[:, :switch], dim=1)
+    p_switch, p_stop = logp[:, switch], logp[:, -1]
+    term = torch.where(p_switch > p_term, switch, logp[:, :switch].argmax(1))
+    return torch.where((p_stop > p_term) & (p_stop >= p_switch), logp.shape[1] - 1, term)
 
 
 def sample_actions(logp: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -47,7 +54,8 @@ def policy_step(agent: Agent, amp: AmpContext, ep: EpisodeInputs, env: Reformula
     with amp.autocast():
         logits, values = agent(ep, chosen, step, started)
     logp_all = torch.log_softmax(logits.float(), dim=1)
-    actions = greedy_actions(logp_all) if generator is None else sample_actions(logp_all, generator)
+    actions = (greedy_actions(logp_all, env.switch if env.choice else None) if generator is None
+               else sample_actions(logp_all, generator))
     logp, values = logp_all.gather(1, actions[:, None]).squeeze(1), values.float()
     if rows is not None:
         b = env.alive.shape[0]

@@ -71,7 +71,7 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
         for lo in range(0, n, size):
             rows = torch.arange(lo, min(n, lo + size), device=device)
             logp = policy(rows)
-            top, best = logp[:, :terms].argmax(1), greedy_actions(logp)
+            top, best = logp[:, :terms].argmax(1), greedy_actions(logp, terms if env.choice else None)
             sums += torch.stack([(torch.softmax(logp[:, :terms], 1) * gains[rows]).sum(),
                                  gains[rows].gather(1, top[:, None]).sum(), (logp.exp() * padded[rows]).sum(),
                                  padded[rows].gather(1, best[:, None]).sum()])
