@@ -110,3 +110,30 @@ def test_compact_mode_reads_counts_and_the_detector_sees_it(world):
         collect(agent, AmpContext(torch.device("cpu"), False), world.qs, env, buf, torch.arange(len(world.qs)), 0,
                 torch.Generator().manual_seed(0))
     assert "aten::nonzero" in d.events and "Tensor.__bool__" in d.events
+
+
+def test_a_choice_of_start_makes_no_host_sync():
+    # retrieval.start = choose on the accelerator path: the switch rescores its episodes' lanes with fixed shapes,
+    # the rollout stores who switched, the update and the greedy (kind-first) decision read nothing either
+    from adaptive_ir.mining.query_features import QUERY_FEATURES
+
+    world = query_world(24, start="choose")
+    qs, amp = world.qs, AmpContext(torch.device("cpu"), False)
+    torch.manual_seed(0)
+    agent = Agent(world.emb_dim, qs.cand_feats.shape[-1], max_steps=4, hidden_dim=16, num_heads=2, num_layers=0,
+                  levels=3, query_dim=len(QUERY_FEATURES))
+    agent.core.init_stop_prior(3 * qs.max_candidates)
+    agent.use_tables(world.tables)
+    env = ReformulationEnv(qs, world.retriever.index, 4, 40, {"recall": 1.0}, (0.5, 1.0, 2.0), compact=False)
+    buf = RolloutBuffer(4, len(qs), qs.max_candidates, "cpu")
+    qidx = torch.arange(len(qs))
+    with SyncDetector():
+        s = collect(agent, amp, qs, env, buf, qidx, 0, torch.Generator().manual_seed(1))
+        adv, ret = compute_gae(buf.rewards, buf.values, buf.terminated, buf.alive, 0.99, 0.95)
+        greedy_rewrite(agent, amp, env, qidx)
+    assert buf.started.any()  # some episodes switched, on the path under test
+    opt, samples = make_optimizer(agent.parameters(), 1e-3), int(s["length"].sum())  # the caller's one read
+    with SyncDetector(raise_on_sync=False) as d:
+        ppo_update(agent, opt, amp, buf, qs, adv, ret, PPOSettings(epochs=1, minibatch_size=16),
+                   torch.Generator().manual_seed(0), samples, stop_check="epoch")
+    assert d.events == []
