@@ -618,7 +618,7 @@ def test_a_policy_with_a_choice_may_switch_at_the_first_step_only(choice_world):
                   query_dim=len(QUERY_FEATURES))
     agent.core.init_stop_prior(env.switch)
     agent.use_tables(w.tables)
-    qidx = torch.arange(len(w.qs))
+    qidx = torch.arange(len(w.qs)).repeat(4)  # about 1/5 of the first steps switch: never none of 96
     env.reset(qidx)
     ep = agent.episode_inputs(w.qs, env.qidx)
     seen = set()
@@ -626,6 +626,17 @@ def test_a_policy_with_a_choice_may_switch_at_the_first_step_only(choice_world):
         logits, _ = agent(ep, env.chosen, step, env.started)
         assert logits.shape == (len(qidx), env.stop + 1)
         assert torch.equal(logits > torch.finfo(logits.dtype).min, env.legal())
+        # factorised: the logits are log-probabilities already, P(kind) times a term's share among the terms
+        kind = torch.log_softmax((agent.core.kind_head(agent.core.ctx(torch.cat([
+            ep.q0, torch.nn.functional.normalize(ep.q0 + (env.chosen.float().unsqueeze(1) @ ep.cand).squeeze(1), dim=1),
+            step[:, None] / 3, ep.query, env.started.float()[:, None]], 1))) + agent.core.kind_bias).masked_fill(
+            torch.stack([env.legal()[:, :env.switch].any(1), env.legal()[:, env.switch], env.legal()[:, -1]], 1) == 0,
+            torch.finfo(torch.float32).min), 1)
+        torch.testing.assert_close(logits.exp().sum(1), torch.ones(len(qidx)))
+        terms = torch.logsumexp(logits[:, :env.switch], 1)
+        live = env.legal()[:, :env.switch].any(1)
+        torch.testing.assert_close(terms[live], kind[live, 0])
+        torch.testing.assert_close(logits[:, env.switch:].exp(), kind[:, 1:].exp())
         actions, _, _ = policy_step(agent, AmpContext(torch.device("cpu"), False), ep, env, step,
                                       torch.Generator().manual_seed(t))
         assert env.is_legal(actions).all()

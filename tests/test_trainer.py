@@ -376,9 +376,9 @@ def test_a_policy_that_chooses_its_start_trains_and_its_rewrites_carry_rm3s_weig
     texts = texts[:6]
     (rm3_terms, rm3_weights), _ = rm3_choice_cached(ws.retriever, texts, ws.retriever.encode(texts), None)
     vocab = ws.retriever.vocab.surface
-    for bias, switch in ((30.0, True), (-30.0, False)):
-        with torch.no_grad():
-            trainer.agent.core.switch_bias.fill_(bias)
+    for bias, switch in (([-30.0, 30.0, -30.0], True), ([0.0, -30.0, 0.0], False)):
+        with torch.no_grad():  # the kinds: a term, the switch, STOP
+            trainer.agent.core.kind_bias.copy_(torch.tensor(bias))
         out = Reformulator(cfg, ws, trainer.agent, trainer.amp).reformulate(texts)
         for r, t, w in zip(out, rm3_terms, rm3_weights):
             own = ws.retriever.encode([r["text"]])[0]
