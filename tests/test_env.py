@@ -643,3 +643,17 @@ def test_a_policy_with_a_choice_may_switch_at_the_first_step_only(choice_world):
         seen |= set(actions[env.alive].tolist())
         env.step(actions)
     assert env.switch in seen and env.started.any()
+
+
+def test_lanes_that_cannot_fit_are_refused_in_one_line_naming_the_setting():
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.rl.env import require_lanes_fit
+
+    cpu = torch.device("cpu")
+    # MS MARCO's 8.8M passages, 256 episodes (8.4 GiB of lanes), 12 GiB available: 128 fit in half of it
+    with pytest.raises(ConfigError, match=r"^training.collect_batch_size 256: .* = 8.4 GiB, more than half of the "
+                                          r"12.0 GiB available on cpu; set training.collect_batch_size to 182 or less$"):
+        require_lanes_fit(256, 8_841_823, cpu, "training.collect_batch_size", available=12 * 2**30)
+    require_lanes_fit(128, 8_841_823, cpu, "training.collect_batch_size", available=12 * 2**30)  # fits
+    with pytest.raises(ConfigError, match="one episode's score lane"):
+        require_lanes_fit(1, 8_841_823, cpu, "training.collect_batch_size", available=2**20)

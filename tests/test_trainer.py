@@ -390,3 +390,14 @@ def test_a_policy_that_chooses_its_start_trains_and_its_rewrites_carry_rm3s_weig
                 for i, wi in zip(t, w):
                     if vocab[i] not in added:
                         assert float(lucene[vocab[i]]) == pytest.approx(wi, rel=1e-3)
+
+
+def test_a_run_whose_lanes_cannot_fit_stops_before_indexing(tmp_path, monkeypatch):
+    import adaptive_ir.rl.env as env_module
+
+    monkeypatch.setattr(env_module, "available_memory", lambda device: 64 * 1024)  # 64 KiB free
+    cfg = tiny_config(tmp_path)
+    with pytest.raises(ConfigError, match=r"^training.collect_batch_size 32: .* set training.collect_batch_size to "
+                                          r"\d+ or less$"):
+        Trainer(cfg, progress=False, collection=default_collection())
+    assert not list(cfg.cache_path_dir.glob("index-*"))  # nothing was indexed

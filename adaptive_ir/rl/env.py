@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from adaptive_ir.common.errors import ConfigError
 from adaptive_ir.common.hostsync import allowed_sync
 from adaptive_ir.mining.candidates import CandidateSet
 from adaptive_ir.retrieval import kernels
@@ -158,6 +159,43 @@ class QuerySet:
     @property
     def max_candidates(self) -> int:
         return self.cand_terms.shape[1]
+
+
+LANES_SHARE = 0.5
+"""The share of the memory available that the score lanes may take (the index, tables and batch need the rest)."""
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: ``MemAvailable`` on a Linux CPU, the free memory of a CUDA device; None where
+    unknown (another OS, another accelerator)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def require_lanes_fit(episodes: int, num_docs: int, device: torch.device, key: str,
+                      available: int | None = None) -> None:
+    """Raise ConfigError, in one line naming ``key`` and the value that fits, when ``episodes`` score lanes over
+    ``num_docs`` documents (4 bytes a cell: ``ReformulationEnv``) need more than LANES_SHARE of the memory
+    available (``available`` bytes; default ``available_memory(device)``). Checked as soon as the collection's
+    size is known, before minutes of indexing and mining (MS MARCO: 256 episodes × 8.8M documents = 8.4 GiB)."""
+    free = available_memory(device) if available is None else available
+    need = episodes * num_docs * 4
+    if free is None or need <= LANES_SHARE * free:
+        return
+    fits = int(LANES_SHARE * free // (4 * max(num_docs, 1)))
+    raise ConfigError(f"{key} {episodes}: the env's score lanes need {episodes} episodes × {num_docs:,} documents × "
+                      f"4 bytes = {need / 2**30:.1f} GiB, more than half of the {free / 2**30:.1f} GiB available on "
+                      f"{device.type}; set {key} to {fits} or less" if fits else
+                      f"{key}: one episode's score lane over {num_docs:,} documents needs {4 * num_docs / 2**30:.1f} "
+                      f"GiB, more than half of the {free / 2**30:.1f} GiB available on {device.type}")
 
 
 def per_action(cand: torch.Tensor, levels: int) -> torch.Tensor:

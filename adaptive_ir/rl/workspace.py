@@ -32,7 +32,7 @@ from adaptive_ir.retrieval.feedback import SemanticFeedback
 from adaptive_ir.retrieval.index import key_docs, key_scores
 from adaptive_ir.retrieval.retriever import Retriever
 from adaptive_ir.retrieval.rm3 import RM3_CHUNK, rm3_anserini_expansion, rm3_expansion
-from adaptive_ir.rl.env import QuerySet
+from adaptive_ir.rl.env import QuerySet, require_lanes_fit
 
 log = logging.getLogger(__name__)
 
@@ -147,13 +147,18 @@ class Workspace:
     (``on_stage``)."""
 
     def __init__(self, cfg: Config, device: torch.device, collection: Collection | None = None,
-                 progress: bool = True, splits: tuple[str, ...] | None = None, embed: bool = True):
+                 progress: bool = True, splits: tuple[str, ...] | None = None, embed: bool = True,
+                 lanes: int = 0):
+        """``lanes``: the episodes a run will roll out at once (training's collect_batch_size), whose score lanes
+        are checked to fit the memory available as soon as the collection is loaded (``require_lanes_fit``)."""
         self.cfg, self.device, self.progress, self.embed = cfg, device, progress, embed
         self.phases = Phases(progress)
         """Wall time of each precompute phase (and of training, which the trainer adds), peak memory."""
         cm, rc = cfg.candidate_mining, cfg.retrieval
         with self.phases("load collection"):
             self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
+        if lanes:
+            require_lanes_fit(lanes, self.collection.num_docs, device, "training.collect_batch_size")
         with self.phases("index"):
             self.retriever = configured_retriever(cfg, self.collection, device, progress)
         if embed:

@@ -109,7 +109,7 @@ class Trainer:
             torch.distributed.barrier()  # rank 0 builds the on-disk caches first; the others then read them
         # test qrels stay unread while training: evaluate_split loads the test split on demand
         self.ws = Workspace(cfg, self.device, collection=collection, progress=self.progress,
-                            splits=("train", "dev"))
+                            splits=("train", "dev"), lanes=tc.collect_batch_size)
         self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries, judged_only=True)
         has_dev = "dev" in self.ws.collection.splits and self.is_main  # dev evaluation is rank 0's alone
         # evaluated during training: the whole dev split, or its fixed sample (training.dev_subsample)
