@@ -626,17 +626,11 @@ def test_a_policy_with_a_choice_may_switch_at_the_first_step_only(choice_world):
         logits, _ = agent(ep, env.chosen, step, env.started)
         assert logits.shape == (len(qidx), env.stop + 1)
         assert torch.equal(logits > torch.finfo(logits.dtype).min, env.legal())
-        # factorised: the logits are log-probabilities already, P(kind) times a term's share among the terms
-        kind = torch.log_softmax((agent.core.kind_head(agent.core.ctx(torch.cat([
-            ep.q0, torch.nn.functional.normalize(ep.q0 + (env.chosen.float().unsqueeze(1) @ ep.cand).squeeze(1), dim=1),
-            step[:, None] / 3, ep.query, env.started.float()[:, None]], 1))) + agent.core.kind_bias).masked_fill(
-            torch.stack([env.legal()[:, :env.switch].any(1), env.legal()[:, env.switch], env.legal()[:, -1]], 1) == 0,
-            torch.finfo(torch.float32).min), 1)
-        torch.testing.assert_close(logits.exp().sum(1), torch.ones(len(qidx)))
-        terms = torch.logsumexp(logits[:, :env.switch], 1)
-        live = env.legal()[:, :env.switch].any(1)
-        torch.testing.assert_close(terms[live], kind[live, 0])
-        torch.testing.assert_close(logits[:, env.switch:].exp(), kind[:, 1:].exp())
+        # factorised: the logits are log-probabilities already; the untrained selector switches with probability
+        # 1/2 at the first step, never later
+        p = logits.exp()
+        torch.testing.assert_close(p.sum(1), torch.ones(len(qidx)))
+        torch.testing.assert_close(p[:, env.switch], torch.full((len(qidx),), 0.5 if t == 0 else 0.0))
         actions, _, _ = policy_step(agent, AmpContext(torch.device("cpu"), False), ep, env, step,
                                       torch.Generator().manual_seed(t))
         assert env.is_legal(actions).all()
@@ -657,3 +651,40 @@ def test_lanes_that_cannot_fit_are_refused_in_one_line_naming_the_setting():
     require_lanes_fit(128, 8_841_823, cpu, "training.collect_batch_size", available=12 * 2**30)  # fits
     with pytest.raises(ConfigError, match="one episode's score lane"):
         require_lanes_fit(1, 8_841_823, cpu, "training.collect_batch_size", available=2**20)
+
+
+def test_the_selector_is_fitted_on_both_starts_outcomes(choice_world):
+    # start_outcomes forces each start: with a policy that stops at once, the two outcomes are the query's and
+    # RM3's own metrics; the fitted selector then switches where RM3 is better on most such queries
+    from adaptive_ir.mining.query_features import QUERY_FEATURES
+    from adaptive_ir.rl.selector import fit_selector, start_outcomes
+
+    w = choice_world
+    env = ReformulationEnv(w.qs, w.retriever.index, 3, K, {"recall": 1.0})
+    agent = Agent(w.emb_dim, w.qs.cand_feats.shape[-1], 3, hidden_dim=32, num_layers=0,
+                  query_dim=len(QUERY_FEATURES))
+    with torch.no_grad():
+        agent.core.kind_bias.copy_(torch.tensor([-30.0, 30.0]))  # STOP once the start is chosen
+    agent.use_tables(w.tables)
+    amp, qidx = AmpContext(torch.device("cpu"), False), torch.arange(len(w.qs))
+    from_query, from_rm3 = start_outcomes(agent, amp, env, qidx, 8)
+    env.reset(qidx)
+    assert np.allclose(from_query, env.metric.numpy()) and np.allclose(from_rm3, env.alt_metric.numpy())
+    assert float(agent.core.selector.linear.bias) == 0.0  # restored
+    stats = fit_selector(agent, amp, [(env, w.tables, qidx)], 8)
+    assert stats["queries"] == len(qidx) and stats["rm3_better"] + stats["query_better"] <= len(qidx)
+    switch = agent.core.selector(w.qs.query_feats) > 0
+    gain = torch.as_tensor(from_rm3 - from_query)
+    # on the queries it was fitted on, its choice gains more than either start alone
+    assert float(torch.where(switch, gain, 0.0).sum()) >= max(0.0, float(gain.sum()))
+
+
+def test_fit_logistic_finds_a_separating_direction():
+    from adaptive_ir.rl.selector import fit_logistic
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3)) * [1.0, 5.0, 0.1] + [0.0, 2.0, 1.0]
+    y = (x[:, 1] - 2.0 > 0).astype(float)  # only the second feature decides
+    weight, bias, mean, scale = fit_logistic(x, y, np.ones(len(x)))
+    pred = ((x - mean) / scale) @ weight + bias > 0
+    assert (pred == y.astype(bool)).mean() > 0.97 and abs(weight[1]) > 5 * max(abs(weight[0]), abs(weight[2]))

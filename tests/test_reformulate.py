@@ -37,11 +37,11 @@ def test_greedy_decides_stop_versus_continue_first():
                           [0.1, 0.3, 0.0, 0.6],     # P(STOP) > 1/2 → STOP (index M = 3)
                           [0.0, 0.0, 0.0, 1.0]])    # nothing legal but STOP
     assert greedy_actions(probs.log()).tolist() == [0, 3, 3]
-    # with a choice of start (the switch at index 3, STOP at 4): the kind of action first, by its total probability
-    probs = torch.tensor([[0.1, 0.1, 0.1, 0.2, 0.5],    # STOP 0.5 > terms 0.3 > switch 0.2 → STOP
-                          [0.3, 0.05, 0.05, 0.25, 0.35],  # terms 0.4 is likeliest although STOP is the top action
-                          [0.05, 0.05, 0.05, 0.5, 0.35],  # the switch (0.5) beats terms (0.15) and STOP
-                          [0.1, 0.1, 0.1, 0.35, 0.35]])   # STOP and the switch tie: STOP
+    # with a choice of start (the switch at index 3, STOP at 4): the switch when above 1/2, then STOP against terms
+    probs = torch.tensor([[0.1, 0.1, 0.1, 0.2, 0.5],     # STOP 0.5 > terms 0.3 → STOP
+                          [0.3, 0.05, 0.05, 0.25, 0.35],  # terms 0.4 > STOP 0.35 although STOP is the top action
+                          [0.05, 0.05, 0.05, 0.55, 0.3],  # the switch above 1/2
+                          [0.1, 0.1, 0.05, 0.45, 0.3]])   # the switch the top action, below 1/2: STOP 0.3 > terms
     assert greedy_actions(probs.log(), switch=3).tolist() == [4, 0, 3, 4]
 
 

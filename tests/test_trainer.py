@@ -364,21 +364,27 @@ def test_a_policy_that_chooses_its_start_trains_and_its_rewrites_carry_rm3s_weig
     from adaptive_ir.rl.workspace import rm3_choice_cached
 
     cfg = tiny_config(tmp_path, **{"retrieval.start": "choose", "training.num_epochs": 2,
-                                   "training.warm_start_queries": 32, "training.save_freq": 1})
+                                   "training.warm_start_queries": 32, "training.save_freq": 1,
+                                   "training.eval_every": 1})
     trainer = Trainer(cfg, progress=False, collection=default_collection())
     trainer.train()
     switched = [r["charts/switched"] for r in rows(cfg) if "charts/switched" in r]
-    assert switched and all(0 < s < 1 for s in switched)
+    assert switched and all(0.3 < s < 0.7 for s in switched)  # the untrained selector: both starts, equally
+    fits = [r for r in rows(cfg) if "selector/queries" in r]
+    assert fits and all(r["selector/queries"] == 64 for r in fits)  # each dev evaluation fits it
     saved = load_checkpoint(cfg.training.checkpoint_path_dir / "last.pt")
     assert saved["spec"]["query_features"] == list(QUERY_FEATURES)
+    # the checkpoint dev picked keeps the selector it was evaluated with; training's own stays untrained
+    best = load_checkpoint(cfg.training.checkpoint_path_dir / "best.pt")["model"]
+    assert best["selector.linear.weight"].abs().sum() > 0 and saved["model"]["selector.linear.weight"].abs().sum() == 0
     ws = trainer.ws
     _, texts, _ = ws.collection.split("test")
     texts = texts[:6]
     (rm3_terms, rm3_weights), _ = rm3_choice_cached(ws.retriever, texts, ws.retriever.encode(texts), None)
     vocab = ws.retriever.vocab.surface
-    for bias, switch in (([-30.0, 30.0, -30.0], True), ([0.0, -30.0, 0.0], False)):
-        with torch.no_grad():  # the kinds: a term, the switch, STOP
-            trainer.agent.core.kind_bias.copy_(torch.tensor(bias))
+    for bias, switch in ((30.0, True), (-30.0, False)):
+        with torch.no_grad():  # the selector's logit: switch, or keep the query
+            trainer.agent.core.selector.linear.bias.fill_(bias)
         out = Reformulator(cfg, ws, trainer.agent, trainer.amp).reformulate(texts)
         for r, t, w in zip(out, rm3_terms, rm3_weights):
             own = ws.retriever.encode([r["text"]])[0]
@@ -396,7 +402,7 @@ def test_a_run_whose_lanes_cannot_fit_stops_before_indexing(tmp_path, monkeypatc
     import adaptive_ir.rl.env as env_module
 
     monkeypatch.setattr(env_module, "available_memory", lambda device: 64 * 1024)  # 64 KiB free
-    cfg = tiny_config(tmp_path)
+    cfg = tiny_config(tmp_path / "run", **{"embeddings.cache_dir": str(tmp_path / "cache")})
     with pytest.raises(ConfigError, match=r"^training.collect_batch_size 32: .* set training.collect_batch_size to "
                                           r"\d+ or less$"):
         Trainer(cfg, progress=False, collection=default_collection())

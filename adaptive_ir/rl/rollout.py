@@ -19,18 +19,17 @@ from adaptive_ir.rl.policy import Agent, EpisodeInputs
 
 
 def greedy_actions(logp: torch.Tensor, switch: int | None = None) -> torch.Tensor:
-    """Deterministic actions from (B, A+1) log-probs (STOP last), in two stages: the most likely *kind* of action,
-    STOP, adding a term or (``switch``: the switch's index, with a choice of start) switching, by its total
-    probability; then, for a term, the most likely (term, weight). Without a switch that is STOP when P(STOP) > ½.
-    A plain argmax over all actions stops (or switches) whenever that one action beats every single term, even when
-    adding a term is far more likely."""
+    """Deterministic actions from (B, A+1) log-probs (STOP last), in stages, as the policy is factorised: with a
+    choice of start (``switch``: the switch's index), the switch when its probability is above ½ (the selector's
+    decision); then STOP when it is likelier than adding a term (without a switch: P(STOP) > ½), else the most
+    likely (term, weight). A plain argmax over all actions stops (or switches) whenever that one action beats every
+    single term, even when adding a term is far more likely."""
     if switch is None:
         stop = logp[:, -1] > math.log(0.5)
         return torch.where(stop, logp.shape[1] - 1, logp[:, :-1].argmax(1))
-    p_term = torch.logsumexp(logp[:, :switch], dim=1)
-    p_switch, p_stop = logp[:, switch], logp[:, -1]
-    term = torch.where(p_switch > p_term, switch, logp[:, :switch].argmax(1))
-    return torch.where((p_stop > p_term) & (p_stop >= p_switch), logp.shape[1] - 1, term)
+    p_term, p_stop = torch.logsumexp(logp[:, :switch], dim=1), logp[:, -1]
+    rest = torch.where(p_stop > p_term, logp.shape[1] - 1, logp[:, :switch].argmax(1))
+    return torch.where(logp[:, switch] > math.log(0.5), switch, rest)
 
 
 def sample_actions(logp: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -40,6 +40,7 @@ from adaptive_ir.rl.env import QuerySet
 from adaptive_ir.rl.factory import build_agent
 from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect
+from adaptive_ir.rl.selector import fitted_selector
 from adaptive_ir.rl.warmstart import first_step_gains, warm_start
 from adaptive_ir.rl.workspace import Tables, Workspace, seed_everything
 from adaptive_ir.training.monitor import Monitor
@@ -52,6 +53,9 @@ GPU_SAMPLE_INTERVAL_S = 0.5
 and all of them make the utilisation summary of the training phase and of its collect windows (so a collect phase
 of a few seconds still holds samples; a sample costs a few NVML reads on a daemon thread)."""
 TIME_PARTS = ("collect", "update", "dev_evaluation", "checkpointing", "warm_start")
+SELECTOR_QUERIES = 1000
+"""Train queries of each collection the start selector is fitted on (``retrieval.start: choose``): a seeded sample,
+the same for every fit of a run."""
 """The parts of the training phase timed in ``result["training_time"]`` (what none covers is ``other``): rollouts,
 the PPO update (GAE, minibatches, scheduler), dev evaluation (and the final pick on the whole dev split), checkpoint
 writes, the first-step warm start."""
@@ -386,30 +390,44 @@ class Trainer:
     def _dev_score(self, qs: QuerySet, tables: Tables) -> tuple[dict[str, float], float]:
         return dev_score(self.cfg, self.ws, self.agent, self.amp, qs, tables)
 
+    def _selector(self):
+        """The start selector fitted on a fixed sample of every source's train queries for the body (a dev
+        evaluation, the checkpoint it keeps), untrained again afterwards (``rl.selector``); a no-op without a
+        choice of start."""
+        if not self.agent.choice:
+            return contextlib.nullcontext({})
+        gen = torch.Generator().manual_seed(self.cfg.system.seed + 5)
+        parts = [(src.env, src.tables, torch.randperm(len(src.qs), generator=gen)[:SELECTOR_QUERIES].sort().values)
+                 for src in self.sources]
+        return fitted_selector(self.agent, self.amp, parts, self.episodes_per_round)
+
     def _evaluate_dev(self, monitor: Monitor) -> bool:
         """Greedy dev evaluation; keeps the best checkpoint; True when early stopping should trigger."""
         assert self.dev_qs is not None and self.dev_tables is not None  # evaluations are due only with a dev split
-        metrics, score = self._dev_score(self.dev_qs, self.dev_tables)
-        monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score}, self.steps,
-                    self.episodes)
-        if self.selection.record(score, self.update, self.episodes):
-            self.save(self.ckpt_dir / "best.pt")
+        with self._selector() as fit:
+            metrics, score = self._dev_score(self.dev_qs, self.dev_tables)
+            monitor.log(self.update, {f"dev/{k}": v for k, v in metrics.items()} | {"dev/selection": score}
+                        | {f"selector/{k}": v for k, v in fit.items()}, self.steps, self.episodes)
+            if self.selection.record(score, self.update, self.episodes):
+                self.save(self.ckpt_dir / "best.pt")
         return self.selection.exhausted(self.episodes)
 
     def _pick_on_full_dev(self, monitor: Monitor) -> None:
         """The dev sample's best checkpoint and the last model, scored on the whole dev split: the better one
         (the sample's pick on a tie) is best.pt. The policy is left at the last model (last.pt is saved next)."""
         qs, tables = self.ws.split("dev")
-        _, last = self._dev_score(qs, tables)
-        best_path, picked = self.ckpt_dir / "best.pt", last
-        if self.selection.best_update != self.update:
-            last_model = {k: v.clone() for k, v in self.agent.core.state_dict().items()}
-            self.agent.core.load_state_dict(load_compatible(best_path, self.cfg, self.ws)["model"])
-            _, picked = self._dev_score(qs, tables)
-            self.agent.core.load_state_dict(last_model)
-        chosen = "last" if last > picked + 1e-9 else "sample_best"
-        if chosen == "last":
-            self.save(best_path)
+        best_path = self.ckpt_dir / "best.pt"
+        with self._selector():  # the last model's selector fitted as each evaluated checkpoint's was
+            _, last = self._dev_score(qs, tables)
+            picked = last
+            if self.selection.best_update != self.update:
+                last_model = {k: v.clone() for k, v in self.agent.core.state_dict().items()}
+                self.agent.core.load_state_dict(load_compatible(best_path, self.cfg, self.ws)["model"])
+                _, picked = self._dev_score(qs, tables)
+                self.agent.core.load_state_dict(last_model)
+            chosen = "last" if last > picked + 1e-9 else "sample_best"
+            if chosen == "last":
+                self.save(best_path)
         self.full_dev = {"queries": len(qs), "sample_best": picked, "sample_best_update": self.selection.best_update,
                          "last": last, "last_update": self.update, "chosen": chosen}
         monitor.log(self.update, {"dev_full/sample_best": picked, "dev_full/last": last}, self.steps, self.episodes)
