@@ -221,9 +221,11 @@ class RetrievalConfig:
     the agent adds its terms to that query, and STOP at once is that baseline. choose: per query, the agent's first
     action may replace the query with its RM3 expansion as Anserini computes it over the agent's index
     (``rm3_anserini_expansion``: Pyserini's ``set_rm3()`` on the Lucene-parity first stage, its weights scaled by a
-    power of two so that the ranking is the same to the bit and a query word weighs about 1), deciding from the
-    query's own features (``mining.query_features``); STOP at once keeps the query, the switch then STOP is RM3,
-    and the agent's terms may follow either."""
+    power of two so that the ranking is the same to the bit and a query word weighs about 1); STOP at once keeps
+    the query, the switch then STOP is RM3, and the agent's terms may follow either. PPO rolls out both starts
+    equally; which one a query takes is decided by a selector on the query's own features
+    (``mining.query_features``), fitted to the policy's outcomes from both starts on train queries at each dev
+    evaluation (``rl/selector.py``)."""
 
     @property
     def levels(self) -> tuple[float, ...]:
