@@ -291,14 +291,3 @@ def test_target_kl_stops_stepping_on_the_device(world):
     assert stats["minibatches"] == 2 and stats["nonfinite_skipped"] == 0
     assert all(st["step"] == 2 for st in opt.state.values())
 
-
-def test_the_entropy_of_a_choice_of_start_is_the_kinds_plus_the_terms():
-    import math
-
-    from adaptive_ir.rl.policy import policy_entropy
-
-    p = torch.tensor([[0.15, 0.15, 0.2, 0.5]])  # two terms (0.3, halves), the switch (index 2) 0.2, STOP 0.5
-    flat = -(p * p.log()).sum()
-    assert float(policy_entropy(p.log())) == pytest.approx(float(flat))
-    h_kind = -(0.3 * math.log(0.3) + 0.2 * math.log(0.2) + 0.5 * math.log(0.5))
-    assert float(policy_entropy(p.log(), switch=2)) == pytest.approx(h_kind + math.log(2))

@@ -159,23 +159,6 @@ class ActorCritic(nn.Module):
         return logits, value
 
 
-def policy_entropy(logp: torch.Tensor, switch: int | None = None) -> torch.Tensor:
-    """(B,) entropy of (B, A) action log-probs. With a choice of start (``switch``: the switch's index, STOP last),
-    the entropy of the kind (a term, the switch, STOP) plus that of the term given the kind is a term, unweighted:
-    the flat entropy, H(kind) + P(term)·H(term | term), rewards the term kind for its hundred-odd outcomes, so an
-    entropy bonus on it drives the switch and STOP down (measured: the switched share fell from 21 % to 7 % in 25
-    updates)."""
-    p = logp.exp()
-    if switch is None:
-        return -(p * logp).sum(1)
-    p_term = p[:, :switch].sum(1)
-    kinds = torch.stack([p_term, p[:, switch], p[:, -1]], 1)
-    h_kind = -(kinds * kinds.clamp(min=1e-30).log()).sum(1)
-    share = p[:, :switch] / p_term.clamp(min=1e-30)[:, None]
-    h_term = -(share * share.clamp(min=1e-30).log()).sum(1)
-    return h_kind + h_term
-
-
 POLICIES: dict[str, type[nn.Module]] = {"actor-critic": ActorCritic}
 """The policy networks ``rl_agent.policy`` names; any other value is ``module:Class``."""
 

@@ -32,7 +32,7 @@ from adaptive_ir.common.hostsync import allowed_sync
 from adaptive_ir.config import TrainingConfig
 from adaptive_ir.rl.buffer import RolloutBuffer
 from adaptive_ir.rl.env import QuerySet
-from adaptive_ir.rl.policy import Agent, policy_entropy
+from adaptive_ir.rl.policy import Agent
 
 NAN_ADVICE = ("the loss or its gradients were not finite in {n} minibatches in a row: try --no-amp and a lower "
               "training.learning_rate (e.g. 1e-4)")
@@ -103,7 +103,7 @@ def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.
         v_loss = 0.5 * mean(torch.max((values - ret) ** 2, (v_clip - ret) ** 2))
     else:
         v_loss = 0.5 * mean((values - ret) ** 2)
-    entropy = mean(policy_entropy(logp_all, logp_all.shape[1] - 2 if agent.choice else None))
+    entropy = mean(-(logp_all.exp() * logp_all).sum(1))
     loss = pg + s.value_loss_coef * v_loss - s.entropy_coef * entropy
     with torch.no_grad():
         stats = torch.stack([pg, v_loss, entropy, mean((ratio - 1) - log_ratio),
