@@ -1,8 +1,11 @@
 """What is computed once per collection before any episode: the candidate expansion terms of every query, mined
 from its feedback documents on a thread pool and cached (``candidates``), and the embeddings of queries and
-candidate terms (``embeddings``: LSA, sentence-transformers, the seed's word2vec), cached by content."""
+candidate terms (``embeddings``: LSA, sentence-transformers, the seed's word2vec), cached by content, and each
+query's own features for choosing its start (``query_features``)."""
 
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
 from adaptive_ir.mining.embeddings import EmbeddingCache, encode_corpus, make_embedder
+from adaptive_ir.mining.query_features import QUERY_FEATURES, query_features
 
-__all__ = ["CandidateMiner", "CandidateSet", "EmbeddingCache", "encode_corpus", "make_embedder", "mine_cached"]
+__all__ = ["QUERY_FEATURES", "CandidateMiner", "CandidateSet", "EmbeddingCache", "encode_corpus", "make_embedder",
+           "mine_cached", "query_features"]
