@@ -378,7 +378,15 @@ def test_a_policy_that_chooses_its_start_trains_and_its_rewrites_carry_rm3s_weig
     best = load_checkpoint(cfg.training.checkpoint_path_dir / "best.pt")["model"]
     assert best["selector.linear.weight"].abs().sum() > 0 and saved["model"]["selector.linear.weight"].abs().sum() == 0
     ws = trainer.ws
-    _, texts, _ = ws.collection.split("test")
+    qids, texts, _ = ws.collection.split("test")
+    # the fixed rules cover both starts: the miner's first j candidates added to the query, or to its RM3
+    from adaptive_ir.evaluation.methods import Method, own_fixed_rule_runs
+
+    rules = own_fixed_rule_runs(cfg, ws, "test", qids, texts)
+    from_rm3 = [m for m in rules if m.startswith("rule-rm3-")]
+    assert from_rm3 and len(from_rm3) == len([m for m in rules if Method.of(m).kind == "rule"]) // 2
+    assert all(Method.of(m).kind == "rule" for m in from_rm3)
+    assert rules["rule-rm3-w1-j1"] != rules["rule-w1-j1"]
     texts = texts[:6]
     (rm3_terms, rm3_weights), _ = rm3_choice_cached(ws.retriever, texts, ws.retriever.encode(texts), None)
     vocab = ws.retriever.vocab.surface

@@ -100,18 +100,19 @@ class Method:
 
 
 def rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str],
-              levels: tuple[float, ...] | None = None, depths: tuple[int, ...] | None = None
-              ) -> dict[tuple[float, int], Run]:
+              levels: tuple[float, ...] | None = None, depths: tuple[int, ...] | None = None,
+              from_rm3: bool = False) -> dict[tuple[float, int], Run]:
     """The fixed rules in the agent's own action space, {(w, j): run}: every query gets the miner's first j candidates
     at weight w, added to where the agent's rewrites start (its words, or their RM3 expansion: ``retrieval.start``).
     Same candidates, same weights, no learning. ``levels`` default to the config's weights, ``depths`` to
-    ``RULE_DEPTHS`` within ``rl_agent.max_steps_per_episode``; j = 0 is the start itself."""
+    ``RULE_DEPTHS`` within ``rl_agent.max_steps_per_episode``; j = 0 is the start itself. ``from_rm3``: added to
+    the other start of ``retrieval.start: choose`` (the query's RM3 expansion) instead."""
     levels = cfg.retrieval.levels if levels is None else levels
     if depths is None:
         depths = tuple(j for j in RULE_DEPTHS if j <= cfg.rl_agent.max_steps_per_episode)
     terms = ws.retriever.encode(texts)
     cands = ws.candidates(split, texts, terms)
-    start, start_weights = ws.start_queries(texts, terms)
+    start, start_weights = ws.rm3_choice(texts, terms)[:2] if from_rm3 else ws.start_queries(texts, terms)
     if start_weights is None:
         start_weights = [[1.0] * len(q) for q in start]
     # every depth of one weight in one pass over each query's postings: a candidate that is not valid is a pad slot,
@@ -139,7 +140,8 @@ def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str],
                         ) -> dict[str, Run]:
     """The fixed rules of one workspace, {method: run}: ``rm3``; RM3 over the agent's own feedback documents
     (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's 10); the action
-    space's rules ``rule-w<w>-j<j>`` (``rule_runs``)."""
+    space's rules ``rule-w<w>-j<j>`` (``rule_runs``), and with ``retrieval.start: choose`` those added to the
+    query's RM3 expansion, ``rule-rm3-w<w>-j<j>``."""
     top_k, fb_docs = cfg.retrieval.top_k, cfg.candidate_mining.top_k0
     runs = {"rm3": rm3_run(ws.retriever, qids, texts, top_k)}
     if ws.feedback is not None:
@@ -148,6 +150,9 @@ def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str],
     elif fb_docs != RM3_FB_DOCS:
         runs["rm3-feedback"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=fb_docs)
     runs.update({f"{RULE_PREFIX}w{w:g}-j{j}": run for (w, j), run in rule_runs(cfg, ws, split, qids, texts).items()})
+    if cfg.retrieval.start == "choose":  # the rules from the other start too: the same space as the agent's
+        runs.update({f"{RULE_PREFIX}rm3-w{w:g}-j{j}": run
+                     for (w, j), run in rule_runs(cfg, ws, split, qids, texts, from_rm3=True).items()})
     return runs
 
 

@@ -250,6 +250,16 @@ class Workspace:
         self._last_start = (key, start)
         return start
 
+    def rm3_choice(self, texts: list[str], terms: list[list[int]], store: bool = True
+                   ) -> tuple[list[list[int]], list[list[float]], np.ndarray]:
+        """The other start of ``retrieval.start: choose`` for each query, as (term ids, weights, query features)
+        (``rm3_choice_cached``; cached unless ``store`` is False)."""
+        cm = self.cfg.candidate_mining
+        cache = self.cfg.cache_path_dir if store and cm.cache_enabled else None
+        with self.phases("rm3 choice", f"RM3 choice ({len(texts)} queries)"):
+            (alt_terms, alt_weights), qfeats = rm3_choice_cached(self.retriever, list(texts), terms, cache)
+        return alt_terms, alt_weights, qfeats
+
     def query_set(self, name: str, qids: list[str], texts: list[str], qrels: dict[str, dict[str, int]] | None,
                   cache_candidates: bool = True) -> tuple[QuerySet, Tables]:
         """Terms, candidates, embeddings and qrels of a list of queries, as device tensors.
@@ -274,6 +284,11 @@ class Workspace:
             t_emb = self.emb_cache.encode(self.embedder, term_texts, cache_candidates)
         log.info("embedding cache: %d hits, %d misses", self.emb_cache.hits, self.emb_cache.misses)
         start_terms, start_weights = self.start_queries(texts, terms, cache_candidates)  # a phase of its own
+        alt: tuple[list[list[int]], list[list[float]]] | None = None
+        qfeats = None
+        if self.cfg.retrieval.start == "choose":  # a phase of its own too
+            alt_terms, alt_weights, qfeats = self.rm3_choice(texts, terms, cache_candidates)
+            alt = (alt_terms, alt_weights)
         start = time.perf_counter()
         t_emb = np.concatenate([t_emb.reshape(-1, self.embedder.dim), np.zeros((1, self.embedder.dim), np.float32)])
         weight = None
@@ -282,11 +297,6 @@ class Workspace:
         # Nogueira & Cho's rule (data.exclude_query_title): the document whose title is the query never counts
         excluded = self.collection.excluded_docs(name)
         exclude = self.collection.doc_positions([excluded.get(q, "") for q in qids]) if excluded else None
-        alt, qfeats = None, None
-        if self.cfg.retrieval.start == "choose":
-            cache = self.cfg.cache_path_dir if cache_candidates and self.cfg.candidate_mining.cache_enabled else None
-            with self.phases("rm3 choice", f"RM3 choice ({len(texts)} queries)"):
-                alt, qfeats = rm3_choice_cached(self.retriever, list(texts), terms, cache)
         qs = QuerySet.build(qids, start_terms, cands, rows, np.arange(len(qids)), qrels, self.collection.doc_positions,
                             self.retriever.index.pad_id, self.device, cand_weight=weight, exclude_docs=exclude,
                             query_weights=start_weights, alt_query=alt, query_feats=qfeats)
