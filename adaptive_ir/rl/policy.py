@@ -100,16 +100,14 @@ class ActorCritic(nn.Module):
             self.mixer = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.cand_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, hidden_dim), nn.GELU(),
                                        nn.Linear(hidden_dim, levels))
-        # made in this order (the head before value_head) so that a seed gives the weights it gave before the choice
-        # of start existed: the same seed, the same run
+        # the order the layers are made in is the order a seed's random weights are drawn in: kept as each network
+        # was first trained (STOP's head before value_head), so that a seed gives the same run as it did
+        if not self.choice:
+            self.stop_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
+        self.value_head = nn.Sequential(nn.Linear(2 * hidden_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, 1))
         if self.choice:  # the kinds: a term, STOP; the switch is the selector's
             assert query_dim is not None
             self.kind_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 2))
-        else:
-            self.stop_head = nn.Sequential(nn.GELU(), nn.Linear(hidden_dim, 1))
-        self.value_head = nn.Sequential(nn.Linear(2 * hidden_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, 1))
-        if self.choice:
-            assert query_dim is not None
             self.kind_bias = nn.Parameter(torch.zeros(2))
             self.selector = StartSelector(query_dim)
         else:
