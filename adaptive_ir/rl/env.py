@@ -518,11 +518,10 @@ class ReformulationEnv:
             if self.compact:
                 rows = mask.nonzero().squeeze(1)
                 if rows.numel():
-                    idx, host = self.index, rows.numpy()
-                    kernels.lanes_clear(idx.indptr.numpy(), idx.indices.numpy(), self.lanes.numpy(), host,
-                                        self.terms[rows].numpy())
-                    kernels.lanes_fill(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self.lanes.numpy(),
-                                       host, alt_t[rows].numpy(), alt_w[rows].numpy())
+                    assert self._alt_postings is not None
+                    host = rows.numpy()
+                    self._clear_rows(rows, rows)
+                    self._fill(host, alt_t[rows], alt_w[rows], self._alt_postings[self._host_qidx[host]])
             else:  # every row, fixed shapes: those that stay are multiplied by 1 and add weight-0 slots
                 assert self._alt_postings is not None
                 b = mask.shape[0]
