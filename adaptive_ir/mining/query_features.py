@@ -22,6 +22,7 @@ distribution from the collection's document frequencies (Cronen-Townsend et al.'
 rm3_overlap: the share of the first ranking's top 40 that RM3's ranking keeps in its top 40 (low: RM3 drifts)."""
 
 OVERLAP_DEPTH = 40
+"""How deep the rankings the features read are (the reward's R@40)."""
 
 
 def query_features(index: BM25Index, terms: list[list[int]], rm3_terms: list[list[int]],
@@ -61,4 +62,4 @@ def query_features(index: BM25Index, terms: list[list[int]], rm3_terms: list[lis
     return out
 
 
-__all__ = ["QUERY_FEATURES", "query_features"]
+__all__ = ["OVERLAP_DEPTH", "QUERY_FEATURES", "query_features"]

@@ -21,6 +21,8 @@ from adaptive_ir.retrieval.retriever import Retriever
 
 RM3_FB_DOCS = 10
 """Feedback documents of the ``rm3`` baseline (Anserini's default)."""
+RM3_ORIG_WEIGHT = 0.5
+"""The original query's share of an RM3 query (Anserini's default)."""
 
 
 RM3_CHUNK = 32768
@@ -30,7 +32,7 @@ its feedback documents' texts in one call, one decompression pass over a gzipped
 
 
 def rm3_expansion(retriever: Retriever, terms: list[list[int]], fb_docs: int = RM3_FB_DOCS, fb_terms: int = 10,
-                  orig_weight: float = 0.5, feedback: SemanticFeedback | None = None,
+                  orig_weight: float = RM3_ORIG_WEIGHT, feedback: SemanticFeedback | None = None,
                   query_vectors: np.ndarray | None = None, unit_query: bool = False, chunk: int = RM3_CHUNK
                   ) -> tuple[list[list[int]], list[list[float]]]:
     """The RM3 queries of ``rm3_run`` as (term ids, weights) per query (``rm3_queries``; ``unit_query``: scaled so
@@ -75,7 +77,7 @@ def _unit_l1(vector: dict[str, np.float32]) -> dict[str, np.float32]:
 
 
 def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int = RM3_FB_DOCS, fb_terms: int = 10,
-                           orig_weight: float = 0.5, max_df_ratio: float = 0.1, filter_terms: bool = True,
+                           orig_weight: float = RM3_ORIG_WEIGHT, max_df_ratio: float = 0.1, filter_terms: bool = True,
                            num_docs: int | None = None, chunk: int = RM3_CHUNK
                            ) -> tuple[list[list[int]], list[list[float]]]:
     """RM3 as Anserini's ``Rm3Reranker`` (Pyserini's ``set_rm3()`` defaults) computes it, as (term ids, weights)
@@ -168,4 +170,5 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     return out_terms, out_weights
 
 
-__all__ = ["ANSERINI_RERANK_CUTOFF", "RM3_CHUNK", "RM3_FB_DOCS", "rm3_anserini_expansion", "rm3_expansion"]
+__all__ = ["ANSERINI_RERANK_CUTOFF", "RM3_CHUNK", "RM3_FB_DOCS", "RM3_ORIG_WEIGHT", "rm3_anserini_expansion",
+           "rm3_expansion"]

@@ -49,8 +49,8 @@ class RolloutBuffer:
         return sum(t.numel() * t.element_size() for t in self._tensors())
 
     def _tensors(self):
-        return (self.qidx, self.chosen, self.started, self.actions, self.logprobs, self.values, self.rewards, self.terminated,
-                self.alive)
+        return (self.qidx, self.chosen, self.started, self.actions, self.logprobs, self.values, self.rewards,
+                self.terminated, self.alive)
 
     def clear(self) -> None:
         """On-policy: nothing from an earlier update survives into the next."""

@@ -41,15 +41,16 @@ def warm_start(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
                qidx: torch.Tensor, gains: torch.Tensor, epochs: int, minibatch: int, entropy_coef: float,
                max_grad_norm: float, generator: torch.Generator) -> dict[str, float]:
     """Maximise the expected first-step reward of queries ``qidx`` (N,) (on the env's device) with their
-    ``first_step_gains`` (N, M·L, and the switch's), ``epochs`` passes in minibatches of static size (padding weighs 0). The gains are
-    divided by their spread over real candidates, so the step size does not depend on the metric's scale.
+    ``first_step_gains`` (N, M·L, and the switch's), ``epochs`` passes in minibatches of static size (padding
+    weighs 0). The gains are divided by their spread over real candidates, so the step size does not depend on the
+    metric's scale.
     Returns, before and after, the expected reward of the term the policy would add and the reward of its most
     likely term (STOP aside), and the expected and greedy first-step reward (STOP included)."""
     qs, device, terms = env.qs, gains.device, env.switch
     n = qidx.shape[0]
     legal = per_action(qs.cand_valid[qidx], env.L)
     padded = torch.cat([gains, torch.zeros_like(gains[:, :1])], 1)  # STOP earns 0
-    gains = gains[:, :terms]  # which term: the switch, like STOP, is left to PPO
+    gains = gains[:, :terms]  # which term: STOP is left to PPO, the switch to the fitted selector
     scale = gains[legal].std(correction=0).clamp(min=1e-6)  # not NaN with a single legal gain
     size = max(1, min(minibatch, n))
     batches = -(-n // size)

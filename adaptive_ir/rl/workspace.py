@@ -26,12 +26,12 @@ from adaptive_ir.config.stages import first_stage, on_first_stage
 from adaptive_ir.data import Collection, load_collection
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
 from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
-from adaptive_ir.mining.query_features import QUERY_FEATURES, query_features
+from adaptive_ir.mining.query_features import OVERLAP_DEPTH, QUERY_FEATURES, query_features
 from adaptive_ir.retrieval.analyzer import Analyzer
 from adaptive_ir.retrieval.feedback import SemanticFeedback
 from adaptive_ir.retrieval.index import key_docs, key_scores
 from adaptive_ir.retrieval.retriever import Retriever
-from adaptive_ir.retrieval.rm3 import RM3_CHUNK, rm3_anserini_expansion, rm3_expansion
+from adaptive_ir.retrieval.rm3 import RM3_CHUNK, RM3_ORIG_WEIGHT, rm3_anserini_expansion, rm3_expansion
 from adaptive_ir.rl.env import QuerySet, require_lanes_fit
 
 log = logging.getLogger(__name__)
@@ -82,13 +82,11 @@ def rm3_choice(retriever: Retriever, texts: list[str], terms: list[list[int]]) -
     the query features (``mining.query_features``) over its first ranking and RM3's. Ragged arrays (lengths, term
     ids, weights) and ``features`` (Q, G)."""
     exp_t, exp_w = rm3_anserini_expansion(retriever, texts)
-    scale = [2.0 ** round(np.log2(max(len(retriever.analyzer.tokenize(t)), 1) / 0.5)) for t in texts]
+    scale = [2.0 ** round(np.log2(max(len(retriever.analyzer.tokenize(t)), 1) / RM3_ORIG_WEIGHT)) for t in texts]
     exp_w = [[float(np.float32(w * s)) for w in row] for row, s in zip(exp_w, scale)]
-    depth = 40
-    first = retriever.rankings(terms, depth)
+    first = retriever.rankings(terms, OVERLAP_DEPTH)
     index = retriever.index
-    pt, pw = index.pad(exp_t, exp_w)
-    alt = index.topk_keys(pt.to(index.device), pw.to(index.device), depth).cpu()
+    alt = index.topk_keys(*index.pad(exp_t, exp_w), OVERLAP_DEPTH).cpu()
     feats = query_features(index, terms, exp_t, exp_w, key_docs(first).numpy(), key_scores(first).numpy(),
                            torch.where(alt >= 0, key_docs(alt), -1).numpy())
     return {**_flat(exp_t, exp_w), "features": feats}
