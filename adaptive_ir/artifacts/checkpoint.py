@@ -195,10 +195,11 @@ def pretrained_config(policy: str | Path, data_dir: str | None = None,
                       overrides: Mapping[str, object] | None = None) -> tuple[Config, SavedPolicy]:
     """(config, the policy read) to apply a trained policy (a shipped policy's name, an exported folder or a
     checkpoint) to a collection it may never have seen: the policy's own config (index, miner, embedder, network:
-    what its weights mean), its data section replaced by ``data_dir`` (a BEIR folder; None: the embedded default collection; dev
-    carved with PRETRAINED_SPLIT_SEED), caches under ``runs/pretrained/<collection>``, then the settings the policy
-    is applied with (an export's ``apply``), then ``overrides`` (``--set``). The collection is indexed, mined and
-    embedded on first use, and cached. ``load_agent(saved, ..., portable=True)`` loads the policy."""
+    what its weights mean), its data section replaced by ``data_dir`` (a BEIR folder; None: the embedded default
+    collection; dev carved with PRETRAINED_SPLIT_SEED), caches under ``runs/pretrained/<collection>``, then the
+    settings the policy is applied with (an export's ``apply``), then ``overrides`` (``--set``). The collection is
+    indexed, mined and embedded on first use, and cached. ``load_agent(saved, ..., portable=True)`` loads the
+    policy."""
     saved = SavedPolicy.read(resolve_policy(policy, must_exist=True))
     raw = json.loads(json.dumps(saved.state["config"]))  # a copy
     raw["data"] = {"dataset_type": "beir" if data_dir else "default", "data_dir": data_dir,

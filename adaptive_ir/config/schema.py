@@ -243,9 +243,9 @@ class TrainingConfig:
     checkpoint path, an exported policy folder (``adaptive-ir export``) or, when no such path exists, the name of a
     policy shipped in the package (``adaptive_ir/policies``: general, general-joint) or kept in a repository
     checkout's ``release/policies`` (nfcorpus-seed-1, -2, -3, -42, ...: found from the checkout's root).
-    ``{seed}`` stands for system.seed, so that each seed of ``compare`` starts from the same seed of the source run. It may come from
-    another collection: its policy spec (embedder, candidate features, M, T, network sizes) must equal this
-    config's. None: start from a fresh policy."""
+    ``{seed}`` stands for system.seed, so that each seed of ``compare`` starts from the same seed of the source run.
+    It may come from another collection: its policy spec (embedder, candidate features, M, T, network sizes) must
+    equal this config's. None: start from a fresh policy."""
     batch_size: Count = 64
     """PPO minibatch size (transitions per gradient step)."""
     collect_batch_size: Count = 32
