@@ -10,6 +10,7 @@ up with its losses counted twice (significant at about 5 %); < −2: it is signi
 from __future__ import annotations
 
 import numpy as np
+from ir_measures import parse_measure
 
 from adaptive_ir.evaluation.metrics import Run, per_query
 from adaptive_ir.evaluation.stats import TIE_TOLERANCE
@@ -35,8 +36,6 @@ def risk_table(qrels: dict[str, dict[str, int]], runs: dict[str, Run], qids: lis
                against: list[str]) -> dict[str, dict[str, float]]:
     """{baseline: {"<metric> helped", "<metric> hurt", "<metric> TRisk"}} of ``method``'s run against each run of
     ``against``, over the queries ``qids`` (every query of the split, as the means are)."""
-    from ir_measures import parse_measure
-
     measures = [parse_measure(m) for m in RISK_METRICS]
     values = {name: per_query(qrels, runs[name], measures, qids) for name in [method, *against]}
     table: dict[str, dict[str, float]] = {}
