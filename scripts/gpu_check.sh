@@ -20,7 +20,11 @@
 # finishes its update and still records its split). Steps in order of importance: tests,
 # training, rollout, PPO update and search benchmarks, quick start. TRAIN_CPU=1 also trains the same run on the
 # CPU (for the comparison; skipped when the budget is short); TRAIN_ARGS: more arguments for the training runs
-# (e.g. "--set embeddings.cache_dir=DIR" to reuse embeddings). QUICK=1 runs the benchmarks on their tiny budget and
+# (e.g. "--set embeddings.cache_dir=DIR" to reuse embeddings, "--set embeddings.path=DIR" for a model folder);
+# TRAIN_VARIANTS: more training runs on the GPU right after the first, "label=arguments;label=arguments" (e.g.
+# "eager=--set training.cuda_graph=false"), each with its TRAINING line and training_<label>.json; BENCH_ARGS: more
+# arguments for the benchmarks; ROLLOUT_BATCHES: the rollout benchmark's batch sizes (default 1,32,128,512,1024);
+# SKIP: steps left out, among "rollout ppo_update search quickstart". QUICK=1 runs the benchmarks on their tiny budget and
 # DEVICE=cpu everything on the CPU (both to check this script). Without a GPU (DEVICE=cuda) only the tests run.
 set -uo pipefail
 data=${1:-../shared/datasets/scifact}
@@ -74,19 +78,22 @@ step() {  # title, step limit, then the command (sent $sig, default TERM, at the
     echo "=== $title: $((SECONDS - t0)) s" | tee -a "$log"
     return "$rc"
 }
+skipped() { [[ " ${SKIP:-} " == *" $1 "* ]]; }
 bench() {  # name, then the script's arguments
     local name=$1; shift
+    skipped "$name" && return 0
     step "benchmarks/$name.py" "$limit" "$py" "benchmarks/$name.py" --device "$device" --data-dir "$data" $quick \
-        --json "$out/${name}_$device.json" --plot "$out/${name}_$device.png" "$@"
+        --json "$out/${name}_$device.json" --plot "$out/${name}_$device.png" ${BENCH_ARGS:-} "$@"
 }
-train_measure() {  # device: SciFact's config, BM25 feedback, TRAIN_EPOCHS epochs; prints one TRAINING line
-    local dev=$1 run="$scratch/train-$1"
-    local t0=$SECONDS
+train_measure() {  # device [label, more arguments]: SciFact's config, BM25 feedback, TRAIN_EPOCHS epochs; prints
+                   # one TRAINING line
+    local dev=$1 label=${2:-$1} more=${3:-}
+    local run="$scratch/train-$label" t0=$SECONDS
     # at the limit, SIGINT: the trainer finishes its update, checkpoints, and run.json still gets the split
-    sig=INT step "training on $dev (scifact, BM25 feedback, $train_epochs epochs)" "$train_limit" \
+    sig=INT step "training $label on $dev (scifact, BM25 feedback, $train_epochs epochs)" "$train_limit" \
         "$py" train_optimized.py --config scifact --data-dir "$data" --device "$dev" --epochs "$train_epochs" \
-        --set candidate_mining.feedback=bm25 --no-progress --output-dir "$run" ${TRAIN_ARGS:-}
-    "$py" - "$run/run.json" "$out/training_$dev.json" "$dev" "$((SECONDS - t0))" <<'EOF' | tee -a "$log"
+        --set candidate_mining.feedback=bm25 --no-progress --output-dir "$run" ${TRAIN_ARGS:-} $more
+    "$py" - "$run/run.json" "$out/training_$label.json" "$label" "$((SECONDS - t0))" <<'EOF' | tee -a "$log"
 import json, sys
 from pathlib import Path
 
@@ -128,13 +135,17 @@ EOF
 
 if (( gpu_ok )); then
     train_measure "$device"
-    bench rollout --config scifact --set candidate_mining.feedback=bm25
+    IFS=';' read -ra variants <<<"${TRAIN_VARIANTS:-}"
+    for variant in "${variants[@]}"; do
+        [[ -n $variant ]] && train_measure "$device" "${variant%%=*}" "${variant#*=}"
+    done
+    bench rollout --config scifact --set candidate_mining.feedback=bm25 --batch-sizes "${ROLLOUT_BATCHES:-1,32,128,512,1024}"
     bench ppo_update --config scifact --set candidate_mining.feedback=bm25
     bench search
     if [[ ${TRAIN_CPU:-} == 1 && $device != cpu ]]; then
         train_measure cpu
     fi
-    step "quick start on $device" "$limit" "$py" train_optimized.py --config quickstart --device "$device" --test \
+    skipped quickstart || step "quick start on $device" "$limit" "$py" train_optimized.py --config quickstart --device "$device" --test \
         --no-progress --output-dir "$scratch/quickstart"
 fi
 echo "=== total $((SECONDS - start)) s of the $budget s budget"

@@ -688,3 +688,19 @@ def test_fit_logistic_finds_a_separating_direction():
     weight, bias, mean, scale = fit_logistic(x, y, np.ones(len(x)))
     pred = ((x - mean) / scale) @ weight + bias > 0
     assert (pred == y.astype(bool)).mean() > 0.97 and abs(weight[1]) > 5 * max(abs(weight[0]), abs(weight[2]))
+
+
+def test_an_accelerator_collects_an_update_in_one_round_where_its_lanes_fit():
+    from adaptive_ir.config import load_config
+    from adaptive_ir.training.trainer import episodes_per_round
+
+    cfg = load_config("scifact")  # collect_batch_size 32, episodes_per_update 256
+    cpu, cuda, plenty = torch.device("cpu"), torch.device("cuda"), 2**40
+    assert episodes_per_round(cfg, cpu, 5_183, plenty) == 32  # the CPU keeps its rounds (and its results)
+    assert episodes_per_round(cfg, cuda, 5_183, plenty) == 256
+    # MS MARCO: 256 lanes of 8.8M documents need 8.4 GiB, more than half of 12 GiB: rounds of 32 instead
+    assert episodes_per_round(cfg, cuda, 8_841_823, 12 * 2**30) == 32
+    assert episodes_per_round(load_config("scifact", {"training.accelerator_one_round": False}), cuda, 5_183,
+                              plenty) == 32
+    # lanes of collections not loaded yet cannot be checked
+    assert episodes_per_round(load_config("scifact", {"data.also_train_on": ["elsewhere"]}), cuda, 5_183, plenty) == 32

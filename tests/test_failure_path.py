@@ -187,7 +187,7 @@ def kl_stopped_update(w, monkeypatch, mode: str):
     samples = int(buf.alive.sum())
     calls = []
     real = ppo_module._losses
-    monkeypatch.setattr(ppo_module, "_losses", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(ppo_module, "_losses", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     opt = make_optimizer(agent.parameters(), 1e-2)
     gen = torch.Generator().manual_seed(3)
     stats = ppo_update(agent, opt, amp, buf, w.qs, adv, ret,

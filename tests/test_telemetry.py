@@ -151,13 +151,17 @@ def test_a_training_run_writes_its_time_split_to_run_json(tmp_path, caplog):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_training_time_on_cuda(tmp_path):
+def test_training_time_on_cuda(tmp_path, monkeypatch):
     # on a GPU: the phase split as on the CPU, plus the GPU block (torch's peak memory; with nvitop, per GPU the
     # utilisation over the training phase and the collect windows)
     from helpers import default_collection, tiny_config
 
     from adaptive_ir.common.telemetry import discover_devices
+    from adaptive_ir.training import trainer as trainer_module
     from adaptive_ir.training.trainer import Trainer
+
+    # this run's collect windows last milliseconds on a GPU: sample often enough to land in them
+    monkeypatch.setattr(trainer_module, "GPU_SAMPLE_INTERVAL_S", 0.01)
 
     cfg = tiny_config(tmp_path, **{"system.device": "cuda", "training.num_epochs": 2, "training.eval_every": 1})
     spent = Trainer(cfg, progress=False, collection=default_collection()).train()["training_time"]

@@ -41,10 +41,12 @@ class AmpContext:
         self.dtype = getattr(torch, dtype)
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=enabled and self.dtype == torch.float16)
 
-    def autocast(self):
+    def autocast(self, cache: bool = True):
+        """``cache``: keep each weight's cast for the context's lifetime (torch's default; off under a CUDA graph
+        capture)."""
         if not self.enabled:
             return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
+        return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=cache)
 
     @classmethod
     def of(cls, device: torch.device, settings: AmpSettings) -> AmpContext:

@@ -249,7 +249,12 @@ class TrainingConfig:
     batch_size: Count = 64
     """PPO minibatch size (transitions per gradient step)."""
     collect_batch_size: Count = 32
-    """B: episodes rolled out in lockstep per policy forward."""
+    """B: episodes rolled out in lockstep per policy forward (on an accelerator, see accelerator_one_round)."""
+    accelerator_one_round: bool = True
+    """On an accelerator, roll out each update's episodes_per_update episodes in one lockstep round where their
+    score lanes fit (half the free memory), else in rounds of collect_batch_size. A GPU step costs about the same
+    at B=32 as at B=256 (it is bound by kernel launches, not arithmetic: docs/benchmarks.md), so one round is
+    that much faster; the CPU keeps collect_batch_size. false: collect_batch_size everywhere."""
     episodes_per_update: Count = 256
     """Episodes collected before each PPO update, rounded up to whole rounds of collect_batch_size (with a
     warning)."""
@@ -321,6 +326,10 @@ class TrainingConfig:
     buffer_size: Count = 50000
     """Most transitions the rollout buffer may hold (a memory guard: the buffer is sized to an update's episodes ×
     max_steps_per_episode, which must fit)."""
+    cuda_graph: bool = True
+    """On CUDA, replay each PPO update's minibatch step (forward, backward, the Adam step) as one CUDA graph,
+    captured once per update: the same result, bit for bit, without the launch cost of its few hundred small
+    kernels. Not used under DDP, DataParallel or float16 loss scaling; false: eager, to debug."""
     compile: bool = False
     """torch.compile the policy forward and the env step as whole graphs (``mode="reduce-overhead"``, i.e. CUDA
     graphs, on CUDA). Pays on a GPU, where a step is many small kernels; the first steps are slow (compiling)."""

@@ -180,6 +180,13 @@ def available_memory(device: torch.device) -> int | None:
     return None
 
 
+def lanes_fit(episodes: int, num_docs: int, device: torch.device, available: int | None = None) -> bool:
+    """Whether ``episodes`` score lanes over ``num_docs`` documents take at most LANES_SHARE of the memory
+    available (``available`` bytes; default ``available_memory(device)``; unknown counts as fitting)."""
+    free = available_memory(device) if available is None else available
+    return free is None or episodes * num_docs * 4 <= LANES_SHARE * free
+
+
 def require_lanes_fit(episodes: int, num_docs: int, device: torch.device, key: str,
                       available: int | None = None) -> None:
     """Raise ConfigError, in one line naming ``key`` and the value that fits, when ``episodes`` score lanes over
@@ -187,9 +194,9 @@ def require_lanes_fit(episodes: int, num_docs: int, device: torch.device, key: s
     available (``available`` bytes; default ``available_memory(device)``). Checked as soon as the collection's
     size is known, before minutes of indexing and mining (MS MARCO: 256 episodes × 8.8M documents = 8.4 GiB)."""
     free = available_memory(device) if available is None else available
-    need = episodes * num_docs * 4
-    if free is None or need <= LANES_SHARE * free:
+    if free is None or lanes_fit(episodes, num_docs, device, free):
         return
+    need = episodes * num_docs * 4
     fits = int(LANES_SHARE * free // (4 * max(num_docs, 1)))
     raise ConfigError(f"{key} {episodes}: the env's score lanes need {episodes} episodes × {num_docs:,} documents × "
                       f"4 bytes = {need / 2**30:.1f} GiB, more than half of the {free / 2**30:.1f} GiB available on "

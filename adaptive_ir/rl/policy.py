@@ -242,6 +242,11 @@ class Agent(nn.Module):
         """
         object.__setattr__(self, "_runner", runner)
 
+    @property
+    def parallelized(self) -> bool:
+        """Whether the update's forwards run through a DataParallel / DDP wrapper (``parallelize``)."""
+        return self._runner is not self.core
+
     def compile_local(self, mode: str | None = None) -> None:
         """Run the rollout and evaluation forwards (the bare core) through ``torch.compile`` as one graph; the
         update's forwards (large minibatches, or a DDP / DataParallel wrapper) stay eager."""

@@ -12,6 +12,13 @@ minibatch), so the rest of the epoch in which the stop falls still runs, masked.
 drawn even when the epoch is skipped, so the generator's stream does not depend on the mode (under float16 AMP the
 loss scaler also counts the masked minibatches, so its scale, and through it the rounding, may differ).
 
+On CUDA (one process, no float16 loss scaler) each update captures its minibatch step (forward, loss, backward,
+clipping, the fused Adam step, the statistics) once as a CUDA graph and replays it per minibatch: a 26k-parameter
+policy's minibatch is a few hundred kernels of microseconds each, whose launches cost more than their work. The
+replay runs the same kernels on the same memory, so it computes what the eager step computes, bit for bit
+(``tests/test_cuda.py``). The capture is redone every update, so nothing it holds (the learning rate, the
+optimizer's state after a resume) can go stale.
+
 Under DDP every rank runs the same number of minibatches (the largest rank's count, agreed by the caller), so
 every backward's gradient all-reduce has a partner; the skip decisions are taken from the all-reduced gradients
 and the all-reduced approximate KL, hence identical on every rank.
@@ -53,6 +60,8 @@ class PPOSettings:
     minibatch_size: int = _TRAINING.batch_size
     target_kl: float | None = _TRAINING.target_kl
     clip_value: bool = True
+    cuda_graph: bool = _TRAINING.cuda_graph
+    """Replay each update's minibatch step as a CUDA graph where it can be (module docstring)."""
     max_nonfinite: int = 20
     """Consecutive non-finite minibatches before training stops with NAN_ADVICE."""
 
@@ -60,7 +69,7 @@ class PPOSettings:
     def from_config(cls, tc: TrainingConfig) -> PPOSettings:
         return cls(clip_epsilon=tc.clip_epsilon, value_loss_coef=tc.value_loss_coef, entropy_coef=tc.entropy_coef,
                    max_grad_norm=tc.max_grad_norm, epochs=tc.ppo_epochs, minibatch_size=tc.batch_size,
-                   target_kl=tc.target_kl)
+                   target_kl=tc.target_kl, cuda_graph=tc.cuda_graph)
 
 
 def make_optimizer(params, lr: float) -> torch.optim.Adam:
@@ -84,11 +93,12 @@ class _Samples(NamedTuple):
 
 
 def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.Tensor, w: torch.Tensor,
-            s: PPOSettings) -> tuple[torch.Tensor, torch.Tensor]:
+            s: PPOSettings, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Minibatch ``mb`` (sample indices; weight ``w`` 0 for padding): the loss, and (policy loss, value loss,
-    entropy, approximate KL, clip fraction) as masked means over its real samples."""
+    entropy, approximate KL, clip fraction) as masked means over its real samples. ``cache``: autocast's cache of
+    cast weights (off under a graph capture, as torch asks)."""
     ep = agent.episode_inputs(qs, d.qidx[mb])
-    with amp.autocast():
+    with amp.autocast(cache):
         logits, values = agent(ep, d.chosen[mb], d.step[mb], d.started[mb], parallel=True)
     logp_all = torch.log_softmax(logits.float(), dim=1)
     logp = logp_all.gather(1, d.actions[mb, None]).squeeze(1)
@@ -109,6 +119,32 @@ def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.
         stats = torch.stack([pg, v_loss, entropy, mean((ratio - 1) - log_ratio),
                              mean(((ratio - 1).abs() > s.clip_epsilon).float())])
     return loss, stats
+
+
+def _capture(step, optimizer: torch.optim.Optimizer, force: torch.Tensor) -> torch.cuda.CUDAGraph:
+    """``step`` captured as a CUDA graph, after one eager warm-up run on a side stream (cuBLAS, autograd and the
+    optimizer's state initialise there, outside the capture) with ``force`` set, so that it changes no weight."""
+    force.fill_(True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    # the fused Adam computes the same either way; its capturable flag only admits the capture
+    saved = [group["capturable"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+    graph = torch.cuda.CUDAGraph()
+    try:
+        optimizer.zero_grad(set_to_none=True)  # the captured backward writes gradients of its own
+        # thread-local: the GPU telemetry's sampling thread may run meanwhile
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            step()
+    finally:
+        for group, flag in zip(optimizer.param_groups, saved):
+            group["capturable"] = flag
+    force.fill_(False)
+    return graph
 
 
 def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, buf: RolloutBuffer,
@@ -146,7 +182,53 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     streak = torch.full((), float(nonfinite_streak), device=device)
     worst = streak.clone()
     stopped = torch.zeros((), dtype=torch.bool, device=device)
+    force = torch.zeros((), dtype=torch.bool, device=device)  # skip the step whatever it computes (graph warm-up)
     per_minibatch = (stop_check or ("minibatch" if device.type == "cpu" else "epoch")) == "minibatch"
+    graphed = (s.cuda_graph and device.type == "cuda" and world == 1 and not amp.scaler.is_enabled()
+               and not agent.parallelized)
+
+    def minibatch(mb: torch.Tensor, w: torch.Tensor) -> None:
+        """One minibatch's step; its state lives in the tensors above, updated in place (a graph replays it)."""
+        loss, row = _losses(agent, amp, qs, d, mb, w, s, cache=not graphed)
+        optimizer.zero_grad(set_to_none=True)
+        amp.scaler.scale(loss).backward()
+        amp.scaler.unscale_(optimizer)
+        # after DDP's all-reduce the gradients, hence this norm and the skip, are the same on every rank
+        norm = nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
+        nonfinite = ~torch.isfinite(norm) & ~stopped
+        skip = nonfinite | stopped
+        if graphed:
+            skip = skip | force
+        # read by the fused step; Optimizer's stub lacks it (torch's GradScaler ignores the same)
+        optimizer.found_inf = skip.float()  # type: ignore[attr-defined]
+        optimizer.step()
+        amp.scaler.update()
+        if s.target_kl is not None and world > 1:  # the stop decision must be the same on every rank
+            torch.distributed.all_reduce(row[3])
+            row[3] /= world
+        sums.add_(torch.where(skip, 0.0, row))
+        stepped.add_((~skip).float())
+        skipped.add_(nonfinite.float())
+        # in place, as many operators as the expressions they replace: +1 where not finite, kept while stopped, else 0
+        streak.mul_(nonfinite | stopped).add_(nonfinite)
+        torch.maximum(worst, streak, out=worst)
+        if s.target_kl is not None:
+            stopped.logical_or_(~skip & (row[3] > s.target_kl))
+
+    run = minibatch
+    if graphed:
+        static_mb, static_w = torch.zeros(size, dtype=torch.long, device=device), weight[0].clone()
+        graph = _capture(lambda: minibatch(static_mb, static_w), optimizer, force)
+        for t in (sums, stepped, skipped, stopped):  # the warm-up's statistics are not the update's
+            t.zero_()
+        streak.fill_(float(nonfinite_streak))
+        worst.copy_(streak)
+
+        def run(mb: torch.Tensor, w: torch.Tensor) -> None:
+            static_mb.copy_(mb)
+            static_w.copy_(w)
+            graph.replay()
+
     halted = False  # the host knows of the KL stop: what is left is skipped, not run
     agent.eval()  # the network the rollout sampled from: no train-only behaviour may change the ratio
     try:
@@ -158,35 +240,16 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
             if halted:
                 continue
             for mb, w in zip(order, weight):
-                loss, row = _losses(agent, amp, qs, d, mb, w, s)
-                optimizer.zero_grad(set_to_none=True)
-                amp.scaler.scale(loss).backward()
-                amp.scaler.unscale_(optimizer)
-                # after DDP's all-reduce the gradients, hence this norm and the skip, are the same on every rank
-                norm = nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
-                nonfinite = ~torch.isfinite(norm) & ~stopped
-                skip = nonfinite | stopped
-                # read by the fused step; Optimizer's stub lacks it (torch's GradScaler ignores the same)
-                optimizer.found_inf = skip.float()  # type: ignore[attr-defined]
-                optimizer.step()
-                amp.scaler.update()
-                if s.target_kl is not None and world > 1:  # the stop decision must be the same on every rank
-                    torch.distributed.all_reduce(row[3])
-                    row[3] /= world
-                sums += torch.where(skip, 0.0, row)
-                stepped += (~skip).float()
-                skipped += nonfinite.float()
-                streak = torch.where(nonfinite, streak + 1, torch.where(stopped, streak, 0.0))
-                worst = torch.maximum(worst, streak)
-                if s.target_kl is not None:
-                    stopped = stopped | (~skip & (row[3] > s.target_kl))
-                    if per_minibatch:
-                        with allowed_sync():
-                            halted = bool(stopped)
-                        if halted:
-                            break
+                run(mb, w)
+                if s.target_kl is not None and per_minibatch:
+                    with allowed_sync():
+                        halted = bool(stopped)
+                    if halted:
+                        break
     finally:  # the flag belongs to this update: no later step() may see it
         optimizer.__dict__.pop("found_inf", None)
+        if graphed:  # the gradients live in the graph's memory: let both go
+            optimizer.zero_grad(set_to_none=True)
     var_y = d.ret.var(unbiased=False)
     var_res = (d.ret - d.old_values).var(unbiased=False)
     with allowed_sync():  # the update's one read, for the log

@@ -36,7 +36,7 @@ from adaptive_ir.evaluation.methods import evaluate_split
 from adaptive_ir.evaluation.metrics import format_table
 from adaptive_ir.evaluation.risk import format_risk
 from adaptive_ir.rl.buffer import compute_gae
-from adaptive_ir.rl.env import QuerySet
+from adaptive_ir.rl.env import QuerySet, lanes_fit
 from adaptive_ir.rl.factory import build_agent
 from adaptive_ir.rl.ppo import PPOSettings, make_optimizer, ppo_update
 from adaptive_ir.rl.rollout import collect
@@ -48,7 +48,7 @@ from adaptive_ir.training.selection import Selection, dev_score
 from adaptive_ir.training.sources import Sources, sampler_seed
 
 log = logging.getLogger(__name__)
-GPU_SAMPLE_INTERVAL_S = 0.5
+GPU_SAMPLE_INTERVAL_S = 0.1
 """Seconds between GPU telemetry samples (utilisation, memory, temperature): the newest is logged with each row,
 and all of them make the utilisation summary of the training phase and of its collect windows (so a collect phase
 of a few seconds still holds samples; a sample costs a few NVML reads on a daemon thread)."""
@@ -90,6 +90,19 @@ CollectStats = TypedDict("CollectStats", {"return": float, "final_metric": float
 """What ``Trainer._collect`` returns: the update's mean return, final metric and episode length, the share of its
 episodes that switched to the other start (``retrieval.start: choose``), its episodes and steps (over every rank),
 and this rank's and the largest rank's transitions."""
+
+
+def episodes_per_round(cfg: Config, device: torch.device, num_docs: int, available: int | None = None) -> int:
+    """B of each collect round: episodes_per_update on an accelerator (training.accelerator_one_round) where the
+    score lanes of that many episodes fit ``available`` bytes (default: the device's free memory), else
+    collect_batch_size. Runs that also train on other collections keep collect_batch_size: their lanes are sized
+    by collections not loaded yet."""
+    tc = cfg.training
+    if (tc.accelerator_one_round and device.type != "cpu" and not cfg.data.also_train_on
+            and tc.episodes_per_update > tc.collect_batch_size
+            and lanes_fit(tc.episodes_per_update, num_docs, device, available)):
+        return tc.episodes_per_update
+    return tc.collect_batch_size
 
 
 class Trainer:
@@ -134,8 +147,11 @@ class Trainer:
         self.amp = AmpContext.of(self.device, tc)
         self._parallelize()
         self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
-        self.episodes_per_round = tc.collect_batch_size
-        self.rounds = max(1, math.ceil(tc.episodes_per_update / tc.collect_batch_size))
+        self.episodes_per_round = episodes_per_round(cfg, self.device, self.ws.collection.num_docs)
+        if self.episodes_per_round != tc.collect_batch_size:
+            log.info("collecting each update's %d episodes in one round on %s (training.accelerator_one_round)",
+                     self.episodes_per_round, self.device.type)
+        self.rounds = max(1, math.ceil(tc.episodes_per_update / self.episodes_per_round))
         seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
         self.sources = Sources(cfg, self.device, self.rank, self.world, self.rounds * self.episodes_per_round,
                                self.progress)
