@@ -125,7 +125,7 @@ def choose_first_stage(cfg: Config, source: SavedPolicy, progress: bool = False,
     """``cfg`` on the first stage where the policy ``source`` has the higher dev R@40 on ``cfg``'s collection, and a
     line that says which and why. A collection without dev queries keeps the stage ``cfg`` names (the policy's own,
     for a shipped one): there is nothing to choose by without judgments, and the line says so."""
-    from adaptive_ir.common.errors import DataError
+    from adaptive_ir.common.errors import MissingSplitError
     from adaptive_ir.config import FIRST_STAGES, first_stage, on_first_stage
     from adaptive_ir.evaluation.methods import DEV_SPLIT, SELECTION_METRIC
 
@@ -135,8 +135,8 @@ def choose_first_stage(cfg: Config, source: SavedPolicy, progress: bool = False,
             staged = on_first_stage(cfg, stage)
             scores[stage] = evaluate_config(staged, source, DEV_SPLIT, False, False, None, progress,
                                             portable)[0]["agent"][SELECTION_METRIC]
-    except DataError as e:
-        if DEV_SPLIT in str(e):
+    except MissingSplitError as e:
+        if e.split == DEV_SPLIT:
             return cfg, f"first stage: {first_stage(cfg)} (no dev queries to choose by: {e})"
         raise
     best = max(scores, key=scores.__getitem__)

@@ -136,3 +136,33 @@ def test_first_stage_auto_runs_the_policy_over_the_stage_it_does_best_on_dev(wor
     assert m[1] == ("default" if float(m[2]) >= float(m[3]) else "anserini")  # the higher (the first on a tie)
     assert main(["evaluate", "--first-stage", "auto", "--no-progress", "--device", "cpu"]) != 0
     assert "give --policy or --checkpoint" in capsys.readouterr().err
+
+
+def test_first_stage_auto_keeps_the_policys_stage_on_a_collection_without_dev_queries(monkeypatch):
+    from adaptive_ir import api
+    from adaptive_ir.common.errors import MissingSplitError
+    from adaptive_ir.config import first_stage, load_config
+    from adaptive_ir.data.collection import Collection
+
+    # the error names the split it did not find: the choice reads that, not the message
+    with pytest.raises(MissingSplitError) as e:
+        Collection("c", {}, {"train": {"q": "text"}}, {"train": {}}).split("dev")
+    assert e.value.split == "dev"
+
+    cfg = load_config("scifact")
+    asked = {"missing": "dev"}
+
+    def evaluate_config(*args, **kwargs):  # the collection lacks the split named in ``asked``
+        name = asked["missing"]
+        # the other message names dev too, as a message may: the choice must not read it
+        available = "train" if name == "dev" else "dev"
+        raise MissingSplitError(f"collection 'c' has no '{name}' split (available: {available})", name)
+
+    monkeypatch.setattr(api, "evaluate_config", evaluate_config)
+    kept, line = api.choose_first_stage(cfg, None)
+    assert kept is cfg
+    assert line == (f"first stage: {first_stage(cfg)} (no dev queries to choose by: collection 'c' has no 'dev' "
+                    "split (available: train))")
+    asked["missing"] = "test"  # another split missing is not the choice's to answer
+    with pytest.raises(MissingSplitError):
+        api.choose_first_stage(cfg, None)

@@ -15,6 +15,14 @@ class DataError(AdaptiveIRError):
     """A data file is missing, malformed or inconsistent."""
 
 
+class MissingSplitError(DataError):
+    """A collection has no split of that name (``split``: the name asked for)."""
+
+    def __init__(self, message: str, split: str):
+        super().__init__(message)
+        self.split = split
+
+
 class CheckpointError(AdaptiveIRError):
     """A checkpoint is missing, corrupt or belongs to an incompatible configuration."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from adaptive_ir.common.errors import DataError
+from adaptive_ir.common.errors import DataError, MissingSplitError
 from adaptive_ir.data.corpus import CHUNK, Corpus
 
 logger = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ class Collection:
     def split(self, name: str) -> tuple[list[str], list[str], dict[str, dict[str, int]]]:
         """(qids in natural order, their texts, their qrels) of one split."""
         if name not in self.queries:
-            raise DataError(
-                f"collection '{self.name}' has no '{name}' split (available: {', '.join(self.splits) or 'none'})"
+            raise MissingSplitError(
+                f"collection '{self.name}' has no '{name}' split (available: {', '.join(self.splits) or 'none'})", name
             )
         qids = sorted(self.queries[name], key=natural_key)
         return qids, [self.queries[name][q] for q in qids], self.qrels[name]
