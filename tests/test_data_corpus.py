@@ -138,6 +138,9 @@ def test_doc_ids_as_a_sequence():
         ids[3]
     with pytest.raises(ValueError):
         ids.index("x4")
+    # many at once (a run's top k into ids): the same strings, in the order asked, repeats and the first id included
+    assert ids.take(np.array([2, 0, 1, 1])) == ["x3", "x1", "日本", "日本"]
+    assert ids.take(np.zeros(0, np.int64)) == []
 
 
 def test_no_per_document_objects_are_kept(tmp_path):

@@ -305,12 +305,15 @@ def test_distinct_terms_pack_positions_as_np_unique_reads_them(width):
     np.testing.assert_array_equal(first, at - starts[docs[at]])
 
 
+@pytest.mark.parametrize("stored", ["list", "DocIds"])
 @pytest.mark.parametrize("k", [1, 5, 40])
-def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k):
-    # choosing among fixed rules reads R@k off the runs' arrays; it must be evaluate_run's (ir-measures') value
+def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k, stored):
+    # choosing among fixed rules reads R@k off the runs' arrays; it must be evaluate_run's (ir-measures') value,
+    # with the ids as a list (small corpora) or as a large corpus keeps them (DocIds: read in one pass, take)
     import ir_measures
 
     from adaptive_ir.data import make_default
+    from adaptive_ir.data.corpus import DocIdsBuilder
     from adaptive_ir.evaluation.metrics import CompactRun, drop_excluded, evaluate_run, mean_recall
 
     coll = make_default()
@@ -321,7 +324,14 @@ def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k):
     qrels[qids[1]][r.doc_ids[0]] = -1  # a negative grade is not relevant
     scores, idx = r.search(r.encode(texts[:-3]), k=50)  # the last queries have no ranking: 0
     scores[:, 7] = scores[:, 6]  # a tie
-    run = CompactRun(qids[:-3], r.doc_ids, scores, idx)
+    doc_ids = r.doc_ids
+    if stored == "DocIds":
+        builder = DocIdsBuilder()
+        for d in r.doc_ids:
+            builder.add(d)
+        doc_ids = builder.build()
+    run = CompactRun(qids[:-3], doc_ids, scores, idx)
+    assert dict(run.items()) == to_run(qids[:-3], r.doc_ids, scores, idx)
     rng = np.random.default_rng(k)
     excluded = {q: r.doc_ids[int(d)] for q, d in zip(qids, idx[:, 0]) if rng.random() < 0.5}
     measure = [ir_measures.parse_measure(f"R@{k}")]

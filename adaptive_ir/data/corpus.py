@@ -142,6 +142,10 @@ class _IdLookup(Sequence[str]):
     def positions(self, ids: Iterable[str]) -> np.ndarray:
         raise NotImplementedError
 
+    def take(self, positions: np.ndarray) -> list[str]:
+        """The ids at ``positions`` (in range), in order."""
+        return [self[i] for i in positions.tolist()]
+
     def index(self, doc_id: str, *args) -> int:
         pos = int(self.positions([doc_id])[0])
         if pos < 0:
@@ -184,6 +188,15 @@ class DocIds(_IdLookup):
             raise IndexError(f"document position {i} out of range 0..{n - 1}")
         start = int(self._ends[i - 1]) if i else 0
         return self._buf[start:int(self._ends[i])].decode("utf-8")
+
+    def take(self, positions: np.ndarray) -> list[str]:
+        """The ids at ``positions`` (in range), in order: their byte ranges read in one array operation, what
+        turning a run's top k into ids for its evaluation needs (millions of ids per table)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        ends = self._ends[pos]
+        starts = np.where(pos > 0, self._ends[pos - 1], 0)
+        buf = self._buf
+        return [buf[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
 
     def positions(self, ids: Iterable[str]) -> np.ndarray:
         """Positions (int64) of `ids`; -1 for an id not here."""

@@ -27,6 +27,12 @@ Run = Mapping[str, dict[str, float]]
 """A ranked list per query, ``{qid: {doc_id: score}}``: a dict, or a ``CompactRun``."""
 
 
+def doc_ids_at(doc_ids: Sequence[str], positions: np.ndarray) -> list[str]:
+    """The ids at ``positions`` of a corpus's id sequence: in one pass where it can (``DocIds.take``)."""
+    take = getattr(doc_ids, "take", None)
+    return take(positions) if take is not None else [doc_ids[d] for d in positions.tolist()]
+
+
 class CompactRun(Mapping[str, dict[str, float]]):
     """A run kept as its top-k arrays, each query's ranking made when it is read: 13 bytes a ranked document where
     the dict form takes about 100, so the dozens of fixed rules an evaluation scores (over two first stages, on the
@@ -45,8 +51,8 @@ class CompactRun(Mapping[str, dict[str, float]]):
 
     def __getitem__(self, qid: str) -> dict[str, float]:
         i = self._pos[qid]
-        return {self.doc_ids[d]: s for d, s, k in zip(self._idx[i].tolist(), self._scores[i].tolist(),
-                                                       self._keep[i].tolist()) if k}
+        keep = self._keep[i]
+        return dict(zip(doc_ids_at(self.doc_ids, self._idx[i][keep]), self._scores[i][keep].tolist()))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.qids)
@@ -124,8 +130,8 @@ def mean_recall(qrels: dict[str, dict[str, int]], run: Run, k: int, qids: list[s
         row = run._pos.get(q)
         if not relevant or row is None:
             continue
-        ranked = run._idx[row][run._keep[row]][:k + 1].tolist()
-        names = [run.doc_ids[d] for d in ranked if run.doc_ids[d] != excluded.get(q)][:k]
+        ranked = run._idx[row][run._keep[row]][:k + 1]
+        names = [d for d in doc_ids_at(run.doc_ids, ranked) if d != excluded.get(q)][:k]
         values[i] = sum(name in relevant for name in names) / len(relevant)
     return float(values.mean()) if values.size else 0.0
 
