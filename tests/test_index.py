@@ -3,6 +3,8 @@ weighted and padded queries; the saved (memory-mapped) index; the top-k search (
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import bm25s
 import numpy as np
 import pytest
@@ -117,6 +119,33 @@ def test_save_load_mmap_round_trip(tiny, tmp_path):
     for a, b in zip(index.search(ids, w, k=5), loaded.search(ids, w, k=5)):
         assert torch.equal(a, b)
     assert torch.equal(index.score(ids), loaded.score(ids))
+
+
+def test_released_pages_leave_resident_memory_and_read_back_unchanged(tmp_path):
+    # a loaded index gives its pages back while another phase runs (Workspace.on_stage), and reads the same after
+    from adaptive_ir.common.io import release_pages
+
+    def resident_kib() -> int:
+        return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                    if line.startswith("VmRSS:"))
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("no /proc (resident memory is read from it)")
+    rng = np.random.default_rng(0)
+    docs = 20_000  # postings enough (about 3.9M: 16 MB of impacts, 16 of document ids) for the drop to show
+    corpus = CorpusTerms.build([[" ".join(f"w{t}" for t in rng.integers(0, 5_000, 200)) for _ in range(docs)]],
+                               Analyzer())
+    BM25Index.build(corpus, K1, B).save(tmp_path / "idx")
+    del corpus
+    loaded = BM25Index.load(tmp_path / "idx")
+    assert len(loaded.mapped) == 3  # data, indices, indptr
+    ids, w = loaded.pad([[1, 2, 3], [4000, 7]])
+    before = [t.clone() for t in loaded.search(ids, w, k=10)]
+    float(loaded.data.sum()), int(loaded.indices.sum())  # every page read: resident
+    read = resident_kib()
+    release_pages(loaded.mapped)
+    assert resident_kib() < read - 20_000  # at least 20 of the 31 MB left
+    assert all(torch.equal(a, b) for a, b in zip(before, loaded.search(ids, w, k=10)))
 
 
 def test_load_missing_or_foreign_index_is_a_data_error(tmp_path):

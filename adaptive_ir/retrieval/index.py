@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import torch
 
 from adaptive_ir.common.errors import DataError
 from adaptive_ir.common.hostsync import allowed_sync
-from adaptive_ir.common.io import atomic_save_npy, atomic_write_json
+from adaptive_ir.common.io import atomic_save_npy, atomic_write_json, mappings
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.analyzer import CorpusTerms
@@ -206,6 +207,8 @@ class BM25Index:
     def __init__(self, data, indices, indptr, num_docs: int, meta: dict):
         self.num_docs = int(num_docs)
         self.meta = meta
+        self.mapped: list[mmap.mmap] = []
+        """The file mappings under the arrays of a loaded index (``load``), for ``Retriever.release_pages``."""
         self.vocab_size = len(indptr) - 1
         self.weights = _weights(np.diff(np.asarray(indptr)), meta)
         # the padding term: one more column with no postings
@@ -470,7 +473,9 @@ class BM25Index:
             raise DataError(f"{params}: unknown index format {meta.get('format')!r}; rebuild the index")
         mode: Literal["r"] | None = "r" if mmap else None
         data, indices, indptr = [np.load(folder / f"{n}.npy", mmap_mode=mode) for n in ("data", "indices", "indptr")]
-        return cls(data, indices, indptr, num_docs=meta["num_docs"], meta=meta)
+        index = cls(data, indices, indptr, num_docs=meta["num_docs"], meta=meta)
+        index.mapped = mappings(data, indices, indptr)
+        return index
 
 
 def _weights(df: np.ndarray, meta: dict) -> BM25Weights | LuceneWeights:

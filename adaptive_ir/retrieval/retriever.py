@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
+from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, mappings, release_pages, write_checksums
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 from adaptive_ir.retrieval.index import BM25Index, key_docs, key_scores
@@ -155,6 +155,12 @@ class Retriever:
             raise DataError(f"{folder}: the index arrays do not match params.json ({', '.join(bad)}); "
                             "delete the folder to rebuild it")
         return cls(doc_ids, Analyzer(**meta.get("analyzer_settings", {})), corpus, index.to(device), doc_texts)
+
+    def release_pages(self) -> None:
+        """Take the pages of a loaded (memory-mapped) index out of resident memory until they are read again
+        (``io.release_pages``); an index built in memory keeps its pages."""
+        c = self.corpus
+        release_pages(self.index.mapped + mappings(c.doc_len, c.indptr, c.terms, c.tf, c.first))
 
     @property
     def vocab(self):

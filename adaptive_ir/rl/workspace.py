@@ -185,6 +185,9 @@ class Workspace:
         if first_stage(self.cfg) == name:
             yield self
             return
+        # this workspace's index pages leave resident memory while the other one is built and read (they come
+        # back from the page cache when this one is used again): one index resident at a time
+        self.retriever.release_pages()
         other = Workspace(on_first_stage(self.cfg, name), self.device, self.collection, self.progress, embed=False)
         try:
             yield other
