@@ -123,7 +123,7 @@ def test_save_load_mmap_round_trip(tiny, tmp_path):
 
 def test_released_pages_leave_resident_memory_and_read_back_unchanged(tmp_path):
     # a loaded index gives its pages back while another phase runs (Workspace.on_stage), and reads the same after
-    from adaptive_ir.common.io import release_pages
+    from adaptive_ir.common.memory import release_pages
 
     def resident_kib() -> int:
         return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()

@@ -11,11 +11,10 @@ import hashlib
 import io
 import json
 import logging
-import mmap
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
@@ -246,25 +245,6 @@ def load_or_compute_rows(folder: str | Path, meta: dict, rows: int, part_rows: i
     arrays, hit = load_or_compute(folder, meta, in_parts, what)
     shutil.rmtree(folder / "parts", ignore_errors=True)
     return arrays, hit
-
-
-def mappings(*arrays) -> list[mmap.mmap]:
-    """The distinct file mappings under memory-mapped numpy arrays (``np.load(..., mmap_mode="r")``; None and
-    arrays in memory are skipped)."""
-    found = {id(a.base): a.base for a in arrays if a is not None and isinstance(a.base, mmap.mmap)}
-    return list(found.values())
-
-
-def release_pages(maps: Iterable[mmap.mmap]) -> None:
-    """Take the pages of file mappings out of this process's resident memory (``madvise(MADV_DONTNEED)``): they
-    stay in the page cache and are read back, unchanged, on the next access. For read-only maps of files that do
-    not change (an index, a cache entry): what a phase that will not touch them again gives back to the next one.
-    A no-op where the platform lacks it."""
-    advice = getattr(mmap, "MADV_DONTNEED", None)
-    if advice is None:
-        return
-    for m in maps:
-        m.madvise(advice)
 
 
 def fingerprint(*parts) -> str:

@@ -164,7 +164,7 @@ def write_trec_run(path: str | Path, run: Run, tag: str) -> None:
 
 def bm25_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100) -> Run:
     scores, idx = retriever.search(retriever.encode(texts), k=k)
-    return to_run(qids, retriever.doc_ids, scores, idx)
+    return CompactRun(qids, retriever.doc_ids, scores, idx)  # to_run's, kept as arrays
 
 
 def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100, fb_docs: int = RM3_FB_DOCS,
@@ -178,7 +178,7 @@ def rm3_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 10
     exp_terms, exp_weights = rm3_expansion(retriever, retriever.encode(texts), fb_docs, fb_terms, orig_weight,
                                            feedback, query_vectors)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)
-    return to_run(qids, retriever.doc_ids, scores, idx)
+    return CompactRun(qids, retriever.doc_ids, scores, idx)  # to_run's, kept as arrays
 
 
 def rm3_anserini_run(retriever: Retriever, qids: list[str], texts: list[str], k: int = 100) -> Run:
@@ -186,7 +186,7 @@ def rm3_anserini_run(retriever: Retriever, qids: list[str], texts: list[str], k:
     Lucene-parity index ``retriever``."""
     exp_terms, exp_weights = rm3_anserini_expansion(retriever, texts)
     scores, idx = retriever.search(exp_terms, exp_weights, k=k)
-    return to_run(qids, retriever.doc_ids, scores, idx)
+    return CompactRun(qids, retriever.doc_ids, scores, idx)  # to_run's, kept as arrays
 
 
 def format_table(results: dict[str, dict[str, float]], title: str = "") -> str:

@@ -27,7 +27,8 @@ import torch
 
 from adaptive_ir.common.errors import DataError
 from adaptive_ir.common.hostsync import allowed_sync
-from adaptive_ir.common.io import atomic_save_npy, atomic_write_json, mappings
+from adaptive_ir.common.io import atomic_save_npy, atomic_write_json
+from adaptive_ir.common.memory import mappings
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.analyzer import CorpusTerms

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from adaptive_ir.common.errors import DataError
-from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, mappings, release_pages, write_checksums
+from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
+from adaptive_ir.common.memory import mappings, release_pages
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 from adaptive_ir.retrieval.index import BM25Index, key_docs, key_scores

@@ -20,6 +20,7 @@ import torch
 
 from adaptive_ir.common.errors import DataError
 from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
+from adaptive_ir.common.memory import trim_heap
 from adaptive_ir.common.progress import Phases
 from adaptive_ir.config import Config
 from adaptive_ir.config.stages import first_stage, on_first_stage
@@ -188,6 +189,7 @@ class Workspace:
         # this workspace's index pages leave resident memory while the other one is built and read (they come
         # back from the page cache when this one is used again): one index resident at a time
         self.retriever.release_pages()
+        trim_heap()
         other = Workspace(on_first_stage(self.cfg, name), self.device, self.collection, self.progress, embed=False)
         try:
             yield other
@@ -195,6 +197,7 @@ class Workspace:
             self.phases.merge(other.phases, f"{name}: ")
             del other
             gc.collect()  # the index build's arrays and the miner's tables go now, not at some later collection
+            trim_heap()
 
     def _semantic_feedback(self) -> SemanticFeedback:
         """The re-ranking model and every document's vector (encoded once into the cache, resumable, see
