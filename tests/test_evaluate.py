@@ -340,3 +340,19 @@ def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k, sto
         assert mean_recall(qrels, run, k, qids, ex) == expected
         assert mean_recall(qrels, dict(run.items()), k, qids, ex) == expected  # the dict path
     assert 0 < expected < 1
+
+
+def test_per_query_in_slices_of_queries_is_per_query_at_once(monkeypatch):
+    # large splits are evaluated a slice of queries at a time (bounded memory); each query's values are its own
+    from adaptive_ir.data import make_default
+    from adaptive_ir.evaluation import metrics
+
+    coll = make_default()
+    r = Retriever.build(coll)
+    qids, texts, qrels = coll.split("test")
+    run = metrics.bm25_run(r, qids[:-2], texts[:-2])  # two queries unranked: 0
+    whole = metrics.per_query(qrels, run, qids=qids)
+    monkeypatch.setattr(metrics, "EVAL_QUERIES", 7)
+    sliced = metrics.per_query(qrels, run, qids=qids)
+    assert whole.keys() == sliced.keys() and all(np.array_equal(whole[m], sliced[m]) for m in whole)
+    assert len(qids) > 7 and whole["R@40"].any()

@@ -24,6 +24,8 @@ def report_measures(top_k: int) -> list:
     return MEASURES + ([R @ top_k] if top_k > 100 else [])
 
 Run = Mapping[str, dict[str, float]]
+EVAL_QUERIES = 1000
+"""Queries evaluated per ir-measures call (``per_query``): bounds the rankings held as dicts at once."""
 """A ranked list per query, ``{qid: {doc_id: score}}``: a dict, or a ``CompactRun``."""
 
 
@@ -96,12 +98,16 @@ def per_query(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
     pos = {q: i for i, q in enumerate(qids)}
     if len(pos) != len(qids):
         raise ValueError("per_query: qids holds a query id twice")
-    judged = {q: qrels[q] for q in qids if qrels.get(q)}
-    ranked = {q: run[q] for q in judged if run.get(q)}
+    judged = [q for q in qids if qrels.get(q)]
     out = {str(m): np.zeros(len(qids)) for m in measures}
-    if ranked:
-        for m in ir_measures.iter_calc(measures, judged, ranked):
-            out[str(m.measure)][pos[m.query_id]] = m.value
+    # a query's values depend on its own ranking alone: rankings made (from a CompactRun's arrays) a slice of
+    # queries at a time, so a large split's runs never exist as dicts all at once
+    for lo in range(0, len(judged), EVAL_QUERIES):
+        part = judged[lo:lo + EVAL_QUERIES]
+        ranked = {q: run[q] for q in part if run.get(q)}
+        if ranked:
+            for m in ir_measures.iter_calc(measures, {q: qrels[q] for q in part}, ranked):
+                out[str(m.measure)][pos[m.query_id]] = m.value
     return out
 
 
