@@ -4,6 +4,8 @@ skipped on the device, optimizer state untouched, then reported)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from helpers import default_collection, query_world, tiny_config
@@ -291,3 +293,42 @@ def test_target_kl_stops_stepping_on_the_device(world):
     assert stats["minibatches"] == 2 and stats["nonfinite_skipped"] == 0
     assert all(st["step"] == 2 for st in opt.state.values())
 
+
+
+@pytest.mark.parametrize("target_kl", [None, 1e-4], ids=["no-stop", "kl-stop"])
+def test_the_replayed_minibatch_step_is_the_eager_one_on_the_cpu(world, monkeypatch, target_kl):
+    # everything of the CUDA-graph path but CUDA's API, checked where CI runs: static minibatch buffers refilled
+    # per minibatch, a warm-up that must change no weight (its step forced to be skipped) and whose statistics are
+    # dropped, then one recorded step replayed; tests/test_cuda.py checks the real capture the same way on a GPU
+    import adaptive_ir.rl.ppo as ppo_module
+
+    class Replay:  # what a captured graph does: run the recorded step again, on the same tensors
+        def __init__(self, step):
+            self.replay = step
+
+    captures = []
+
+    def capture(step, optimizer, force):  # _capture without the side stream and the recording
+        force.fill_(True)
+        step()  # the warm-up
+        force.fill_(False)
+        captures.append(1)
+        return Replay(step)
+
+    monkeypatch.setattr(ppo_module, "_graphs_on", lambda device: True)
+    monkeypatch.setattr(ppo_module, "_capture", capture)
+    agent, buf, adv, ret = rollout(world)
+    start = copy.deepcopy(agent.core.state_dict())
+    results = []
+    for graph in (False, True):
+        agent.core.load_state_dict(start)
+        optimizer = make_optimizer(agent.parameters(), 1e-2)
+        settings = PPOSettings(epochs=3, minibatch_size=8, target_kl=target_kl, cuda_graph=graph)
+        stats = [update(agent, buf, world, adv, ret, settings, optimizer=optimizer) for _ in range(2)]
+        steps = [int(st["step"]) for st in optimizer.state.values()]
+        results.append(({k: v.clone() for k, v in agent.core.state_dict().items()}, repr(stats), steps))
+    assert len(captures) == 2  # one per update
+    (eager, eager_stats, eager_steps), (replayed, replayed_stats, replayed_steps) = results
+    assert eager_steps == replayed_steps and eager_steps[0] > 0  # the warm-ups took no Adam step
+    assert eager_stats == replayed_stats
+    assert all(torch.equal(eager[k], replayed[k]) for k in eager)

@@ -121,6 +121,11 @@ def _losses(agent: Agent, amp: AmpContext, qs: QuerySet, d: _Samples, mb: torch.
     return loss, stats
 
 
+def _graphs_on(device: torch.device) -> bool:
+    """Whether the update's minibatch step is captured as a graph on ``device`` (CUDA's)."""
+    return device.type == "cuda"
+
+
 def _capture(step, optimizer: torch.optim.Optimizer, force: torch.Tensor) -> torch.cuda.CUDAGraph:
     """``step`` captured as a CUDA graph, after one eager warm-up run on a side stream (cuBLAS, autograd and the
     optimizer's state initialise there, outside the capture) with ``force`` set, so that it changes no weight."""
@@ -184,7 +189,7 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, amp: AmpContext, 
     stopped = torch.zeros((), dtype=torch.bool, device=device)
     force = torch.zeros((), dtype=torch.bool, device=device)  # skip the step whatever it computes (graph warm-up)
     per_minibatch = (stop_check or ("minibatch" if device.type == "cpu" else "epoch")) == "minibatch"
-    graphed = (s.cuda_graph and device.type == "cuda" and world == 1 and not amp.scaler.is_enabled()
+    graphed = (s.cuda_graph and _graphs_on(device) and world == 1 and not amp.scaler.is_enabled()
                and not agent.parallelized)
 
     def minibatch(mb: torch.Tensor, w: torch.Tensor) -> None:
