@@ -136,14 +136,15 @@ def field_stages(cfg: Config) -> list[str]:
     return [stage for stage in FIRST_STAGES if not (stage == own == DEFAULT_STAGE)]
 
 
-def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str]
-                        ) -> dict[str, Run]:
-    """The fixed rules of one workspace, {method: run}: ``rm3``; RM3 over the agent's own feedback documents
-    (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's 10); the action
+def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str], texts: list[str],
+                        rm3: bool = True) -> dict[str, Run]:
+    """The fixed rules of one workspace, {method: run}: ``rm3`` (unless ``rm3`` is False); RM3 over the agent's
+    own feedback documents (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's
+    10); the action
     space's rules ``rule-w<w>-j<j>`` (``rule_runs``), and with ``retrieval.start: choose`` those added to the
     query's RM3 expansion, ``rule-rm3-w<w>-j<j>``."""
     top_k, fb_docs = cfg.retrieval.top_k, cfg.candidate_mining.top_k0
-    runs = {"rm3": rm3_run(ws.retriever, qids, texts, top_k)}
+    runs = {"rm3": rm3_run(ws.retriever, qids, texts, top_k)} if rm3 else {}
     if ws.feedback is not None:
         runs["rm3-semantic"] = rm3_run(ws.retriever, qids, texts, top_k, fb_docs=fb_docs, feedback=ws.feedback,
                                        query_vectors=ws.feedback_vectors(texts))
@@ -161,8 +162,9 @@ def stage_rule_runs(ws: Workspace, sws: Workspace, stage: str, split: str, qids:
     """The fixed rules of the first stage ``stage`` (``sws``, from ``ws.on_stage``) on a split, {method: run}:
     ``rm3-<stage>`` (Anserini's own RM3 over its index, ours over the default one) and, when that stage is not the
     agent's own, its rules named ``<rule>-<stage>``."""
-    other = {} if sws is ws else own_fixed_rule_runs(sws.cfg, sws, split, qids, texts)
-    ours = other.pop("rm3", None)  # our RM3 over that index: the stage's RM3 unless the stage is Anserini's
+    # our RM3 over that index is the stage's RM3, unless the stage is Anserini's (which has its own: not searched)
+    other = {} if sws is ws else own_fixed_rule_runs(sws.cfg, sws, split, qids, texts, rm3=stage != ANSERINI_STAGE)
+    ours = other.pop("rm3", None)
     runs = {}
     if stage == ANSERINI_STAGE:
         runs[f"rm3-{stage}"] = rm3_anserini_run(sws.retriever, qids, texts, sws.cfg.retrieval.top_k)
