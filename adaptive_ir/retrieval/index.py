@@ -31,7 +31,7 @@ from adaptive_ir.common.io import atomic_save_npy, atomic_write_json
 from adaptive_ir.common.memory import mappings
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import kernels
-from adaptive_ir.retrieval.analyzer import CorpusTerms
+from adaptive_ir.retrieval.analyzer import CorpusTerms, term_counts
 
 IDF_VARIANTS = ("lucene", "okapi")
 SCORINGS = ("bm25s", "lucene")
@@ -241,7 +241,7 @@ class BM25Index:
             raise ValueError("Lucene's BM25 has Lucene's IDF only; use idf='lucene' with scoring='lucene'")
         n, v, p = corpus.num_docs, len(corpus.vocab), corpus.num_postings
         indptr = np.zeros(v + 1, dtype=np.int64)
-        np.cumsum(np.bincount(corpus.terms, minlength=v), out=indptr[1:])
+        np.cumsum(term_counts(corpus.terms, v), out=indptr[1:])
         meta = {"format": _FORMAT, "k1": k1, "b": b, "idf": idf, "epsilon": epsilon, "num_docs": n,
                 "vocab_size": v, "postings": p}
         if scoring == "bm25s":

@@ -163,6 +163,10 @@ class Retriever:
         c = self.corpus
         release_pages(self.index.mapped + mappings(c.doc_len, c.indptr, c.terms, c.tf, c.first))
 
+    def document_frequency(self) -> np.ndarray:
+        """Documents per term (float32), read off the index's posting lists' lengths: no pass over the postings."""
+        return np.diff(self.index.indptr.cpu().numpy())[:self.index.vocab_size].astype(np.float32)
+
     @property
     def vocab(self):
         return self.corpus.vocab
