@@ -140,9 +140,8 @@ def own_fixed_rule_runs(cfg: Config, ws: Workspace, split: str, qids: list[str],
                         rm3: bool = True) -> dict[str, Run]:
     """The fixed rules of one workspace, {method: run}: ``rm3`` (unless ``rm3`` is False); RM3 over the agent's
     own feedback documents (``rm3-semantic``, or ``rm3-feedback`` with BM25's top ``top_k0`` when that is not rm3's
-    10); the action
-    space's rules ``rule-w<w>-j<j>`` (``rule_runs``), and with ``retrieval.start: choose`` those added to the
-    query's RM3 expansion, ``rule-rm3-w<w>-j<j>``."""
+    10); the action space's rules ``rule-w<w>-j<j>`` (``rule_runs``), and with ``retrieval.start: choose`` those
+    added to the query's RM3 expansion, ``rule-rm3-w<w>-j<j>``."""
     top_k, fb_docs = cfg.retrieval.top_k, cfg.candidate_mining.top_k0
     runs = {"rm3": rm3_run(ws.retriever, qids, texts, top_k)} if rm3 else {}
     if ws.feedback is not None:

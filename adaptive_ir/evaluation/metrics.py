@@ -24,9 +24,9 @@ def report_measures(top_k: int) -> list:
     return MEASURES + ([R @ top_k] if top_k > 100 else [])
 
 Run = Mapping[str, dict[str, float]]
+"""A ranked list per query, ``{qid: {doc_id: score}}``: a dict, or a ``CompactRun``."""
 EVAL_QUERIES = 1000
 """Queries evaluated per ir-measures call (``per_query``): bounds the rankings held as dicts at once."""
-"""A ranked list per query, ``{qid: {doc_id: score}}``: a dict, or a ``CompactRun``."""
 
 
 def doc_ids_at(doc_ids: Sequence[str], positions: np.ndarray) -> list[str]:

@@ -53,12 +53,12 @@ GPU_SAMPLE_INTERVAL_S = 0.1
 and all of them make the utilisation summary of the training phase and of its collect windows (so a collect phase
 of a few seconds still holds samples; a sample costs a few NVML reads on a daemon thread)."""
 TIME_PARTS = ("collect", "update", "dev_evaluation", "checkpointing", "warm_start")
-SELECTOR_QUERIES = 1000
-"""Train queries of each collection the start selector is fitted on (``retrieval.start: choose``): a seeded sample,
-the same for every fit of a run."""
 """The parts of the training phase timed in ``result["training_time"]`` (what none covers is ``other``): rollouts,
 the PPO update (GAE, minibatches, scheduler), dev evaluation (and the final pick on the whole dev split), checkpoint
 writes, the first-step warm start."""
+SELECTOR_QUERIES = 1000
+"""Train queries of each collection the start selector is fitted on (``retrieval.start: choose``): a seeded sample,
+the same for every fit of a run."""
 RANK_SEED_STRIDE = 100_003
 """Rank r of a DDP run seeds its action and minibatch generators with seed + r × this (rank 0 = single-process)."""
 DATA_PARALLEL_MIN_BATCH = 4096
