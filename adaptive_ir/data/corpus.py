@@ -142,10 +142,6 @@ class _IdLookup(Sequence[str]):
     def positions(self, ids: Iterable[str]) -> np.ndarray:
         raise NotImplementedError
 
-    def take(self, positions: np.ndarray) -> list[str]:
-        """The ids at ``positions`` (in range), in order."""
-        return [self[i] for i in positions.tolist()]
-
     def index(self, doc_id: str, *args) -> int:
         pos = int(self.positions([doc_id])[0])
         if pos < 0:

@@ -119,7 +119,7 @@ class CandidateMiner:
         self.first_k = first_k
         """Depth of each query's own BM25 ranking kept in ``CandidateSet.first`` (0: none)."""
         corpus = retriever.corpus
-        df = retriever.document_frequency()
+        df = retriever.index.document_frequency()
         self.idf = lucene_idf(df, corpus.num_docs, exact=False).astype(np.float32)
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
         self.df = df

@@ -348,10 +348,6 @@ class CorpusTerms:
     def num_postings(self) -> int:
         return len(self.terms)
 
-    def document_frequency(self) -> np.ndarray:
-        """Documents per term (float32; a document holds each of its terms once here)."""
-        return term_counts(self.terms, len(self.vocab)).astype(np.float32)
-
     def postings(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions in ``terms``/``tf`` of the postings of ``docs`` in that order, their CSR row offsets)."""
         docs = np.asarray(docs, dtype=np.int64)

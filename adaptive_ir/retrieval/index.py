@@ -221,6 +221,10 @@ class BM25Index:
             self.indices = torch.as_tensor(np.asarray(indices, np.int32))
             self.indptr = torch.as_tensor(np.asarray(indptr, np.int64))
 
+    def document_frequency(self) -> np.ndarray:
+        """Documents per term (float32), read off the posting lists' lengths: no pass over the postings."""
+        return np.diff(self.indptr.cpu().numpy())[:self.vocab_size].astype(np.float32)
+
     @property
     def pad_id(self) -> int:
         return self.vocab_size

@@ -159,13 +159,9 @@ class Retriever:
 
     def release_pages(self) -> None:
         """Take the pages of a loaded (memory-mapped) index out of resident memory until they are read again
-        (``io.release_pages``); an index built in memory keeps its pages."""
+        (``common.memory.release_pages``); an index built in memory keeps its pages."""
         c = self.corpus
         release_pages(self.index.mapped + mappings(c.doc_len, c.indptr, c.terms, c.tf, c.first))
-
-    def document_frequency(self) -> np.ndarray:
-        """Documents per term (float32), read off the index's posting lists' lengths: no pass over the postings."""
-        return np.diff(self.index.indptr.cpu().numpy())[:self.index.vocab_size].astype(np.float32)
 
     @property
     def vocab(self):

@@ -105,7 +105,7 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     vocab, corpus = retriever.vocab, retriever.corpus
     if num_docs is None:
         num_docs = int(np.count_nonzero(corpus.doc_len))
-    df = retriever.document_frequency()
+    df = retriever.index.document_frequency()
     terms_of = vocab.terms
     # which terms a document vector may hold, and each one's place in Java's String order (the ties of a pruning):
     # once per call, so that a document's vector is a few array operations, however long the document
