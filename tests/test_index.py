@@ -357,6 +357,41 @@ def test_processes_sharing_a_cache_build_an_index_once(tmp_path, monkeypatch):
     assert torch.equal(got[0].index.data, got[1].index.data)
 
 
+def test_a_build_that_cannot_fit_is_refused_in_one_line_before_the_corpus_is_analysed(tmp_path, monkeypatch):
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.retrieval import retriever as module
+
+    # MS MARCO's size from a sample of 2,048 documents with 37.25 postings each: 329M postings, 8.0 GiB to build
+    with pytest.raises(ConfigError, match=r"^embeddings.cache_dir: building the index of 8,841,823 documents needs "
+                                          r"about 8.0 GiB \(26 bytes for each of about 329M postings, estimated from "
+                                          r"the first 2,048 documents\) and 6.0 GiB are available; .* memory-map a "
+                                          r"saved index\)$"):
+        module.require_build_fits(2048 * 37 + 512, 2048, 8_841_823, available=6 * 2**30)
+    module.require_build_fits(2048 * 37 + 512, 2048, 8_841_823, available=9 * 2**30)  # fits
+
+    texts = MIXED_DOCS + TINY_DOCS
+    monkeypatch.setattr(module, "CHUNK_DOCS", 4)
+    sample = CorpusTerms.build([texts[:4]], Analyzer()).num_postings
+    need = module.BUILD_BYTES_PER_POSTING * sample / 4 * len(texts)
+    analysed = []
+    build = CorpusTerms.build
+
+    def counting_build(chunks, *args, **kwargs):
+        chunks = list(chunks)
+        analysed.append(sum(map(len, chunks)))
+        return build(chunks, *args, **kwargs)
+
+    monkeypatch.setattr(CorpusTerms, "build", counting_build)
+    monkeypatch.setattr(module, "available_memory", lambda: int(need) - 1)
+    with pytest.raises(ConfigError, match="embeddings.cache_dir: building the index"):
+        module.Retriever.cached(_collection(texts), tmp_path)
+    assert analysed == [4]  # the sample alone: refused before the corpus is analysed
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # nothing saved
+    monkeypatch.setattr(module, "available_memory", lambda: int(need) + 1)
+    built = module.Retriever.cached(_collection(texts), tmp_path)
+    assert analysed == [4, 4, len(texts)] and built.index.num_docs == len(texts)
+
+
 def test_postings_slot_major_hold_the_same_postings_grouped_by_slot(tiny):
     corpus, index = tiny
     queries, weights = _random_queries(len(corpus.vocab), 9, seed=2)

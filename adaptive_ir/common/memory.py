@@ -1,6 +1,7 @@
-"""Giving memory back between phases: the pages of memory-mapped arrays a phase is done with, and the heap its
-temporaries left free. What keeps a run's peak resident memory to one phase's needs (``Workspace.on_stage``: one
-first stage's index resident at a time)."""
+"""Memory a run can count on and gives back: what the machine has available (checked before a phase that would not
+fit), the pages of memory-mapped arrays a phase is done with, and the heap its temporaries left free. What keeps a
+run's peak resident memory to one phase's needs (``Workspace.on_stage``: one first stage's index resident at a
+time)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ import ctypes.util
 import functools
 import mmap
 from collections.abc import Iterable
+
+import torch
+
+
+def available_memory(device: torch.device | None = None) -> int | None:
+    """Bytes free on ``device`` (default: the CPU): ``MemAvailable`` on Linux, the free memory of a CUDA device;
+    None where unknown (another OS, another accelerator)."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def mappings(*arrays) -> list[mmap.mmap]:
@@ -46,4 +64,4 @@ def trim_heap() -> None:
         trim(0)
 
 
-__all__ = ["mappings", "release_pages", "trim_heap"]
+__all__ = ["available_memory", "mappings", "release_pages", "trim_heap"]

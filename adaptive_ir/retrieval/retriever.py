@@ -12,6 +12,7 @@ checksums are verified: a damaged copy is rebuilt, never used.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -22,9 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from adaptive_ir.common.errors import DataError
+from adaptive_ir.common.errors import ConfigError, DataError
 from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
-from adaptive_ir.common.memory import mappings, release_pages
+from adaptive_ir.common.memory import available_memory, mappings, release_pages
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 from adaptive_ir.retrieval.index import BM25Index, key_docs, key_scores
@@ -40,6 +41,10 @@ FIRST_PASS_DEPTH = 100
 RM3's feedback documents (10), the miner's (5) and Anserini's RM3 first pass (50) are its prefixes."""
 FIRST_PASS_QUERIES = 512
 """Fewest queries whose ranking is kept (a miner's chunks and single queries are searched as asked)."""
+BUILD_BYTES_PER_POSTING = 26
+"""Resident bytes an index build holds per posting at its peak, over what the process held before: the forward
+index and the impacts it keeps (16) and the build's own temporaries (10); measured at 1.09M, 3M and 8.8M documents
+with both analyzers (``benchmarks/cost_curve.py``, docs/benchmarks.md)."""
 
 
 class Retriever:
@@ -64,6 +69,10 @@ class Retriever:
         default ``Analyzer()`` when None; ``scoring``: see ``BM25Index.build``."""
         analyzer, digest = analyzer or Analyzer(), hashlib.sha256()
         chunks = _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest)
+        first = next(chunks, None)
+        if first:
+            require_build_fits(CorpusTerms.build([first], analyzer).num_postings, len(first), collection.num_docs)
+            chunks = itertools.chain([first], chunks)
         corpus = CorpusTerms.build(chunks, analyzer, collection.num_docs, progress)
         index = BM25Index.build(corpus, k1=k1, b=b, idf=idf, progress=progress, scoring=scoring)
         index.meta.update(corpus_sha256=digest.hexdigest(), analyzer=fingerprint(analyzer.identity))
@@ -252,6 +261,23 @@ def index_folder(cache_dir: str | Path, corpus_sha256: str, k1: float = 1.5, b: 
 def _lock_path(folder: Path) -> Path:
     """The lock of an index folder: beside it, since the folder itself is replaced by a rename."""
     return folder.with_name(f"{folder.name}.lock")
+
+
+def require_build_fits(sample_postings: int, sample_docs: int, num_docs: int, available: int | None = None) -> None:
+    """Raise ConfigError, in one line, when building the index of ``num_docs`` documents would need more memory
+    than is available (``available`` bytes; default ``MemAvailable``): estimated from the postings of the first
+    ``sample_docs`` documents, before minutes of analysing end in an out-of-memory kill. Only a build is checked:
+    a saved index is memory-mapped, and a run that maps one needs a fraction of this."""
+    free = available_memory() if available is None else available
+    postings = sample_postings / max(sample_docs, 1) * num_docs
+    need = BUILD_BYTES_PER_POSTING * postings
+    if free is None or need <= free:
+        return
+    raise ConfigError(f"embeddings.cache_dir: building the index of {num_docs:,} documents needs about "
+                      f"{need / 2**30:.1f} GiB ({BUILD_BYTES_PER_POSTING} bytes for each of about {postings / 1e6:,.0f}M "
+                      f"postings, estimated from the first {sample_docs:,} documents) and {free / 2**30:.1f} GiB are "
+                      f"available; free memory, or build it once on a machine with more and point "
+                      f"embeddings.cache_dir at that cache (runs memory-map a saved index)")
 
 
 def _hashing(chunks: Iterable[list[str]], digest) -> Iterator[list[str]]:

@@ -49,6 +49,7 @@ import torch
 
 from adaptive_ir.common.errors import ConfigError
 from adaptive_ir.common.hostsync import allowed_sync
+from adaptive_ir.common.memory import available_memory
 from adaptive_ir.mining.candidates import CandidateSet
 from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.index import POSITIVE_KEY, BM25Index, best_distinct, key_docs, ranking_keys
@@ -163,21 +164,6 @@ class QuerySet:
 
 LANES_SHARE = 0.5
 """The share of the memory available that the score lanes may take (the index, tables and batch need the rest)."""
-
-
-def available_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device``: ``MemAvailable`` on a Linux CPU, the free memory of a CUDA device; None where
-    unknown (another OS, another accelerator)."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def lanes_fit(episodes: int, num_docs: int, device: torch.device, available: int | None = None) -> bool:
