@@ -6,6 +6,7 @@ analyzed and reduced to the doc-major forward index (``CorpusTerms.build``: docu
 from it (``BM25Index.build``), and the two together with the corpus read, as ``Retriever.build`` runs them.
 
     python benchmarks/index_build.py --data-dir /work/data/wikicar --json benchmarks/results/index_build.json
+    python benchmarks/index_build.py ... --workers 1   # the analysis in one process (default: 2, as system.num_workers)
 
 Run it with another checkout on ``PYTHONPATH`` for a before/after on the same machine (the script uses only
 ``Analyzer``, ``CorpusTerms.build``, ``BM25Index.build`` and the collection loader).
@@ -36,7 +37,7 @@ def vm_hwm() -> int:
         return 0
 
 
-def one_stage(data_dir: str | None, stage: str) -> dict:
+def one_stage(data_dir: str | None, stage: str, workers: int) -> dict:
     """Build one first stage's index from the corpus on disk, timing each part."""
     keys = FIRST_STAGES[stage]
     start = time.perf_counter()
@@ -45,12 +46,12 @@ def one_stage(data_dir: str | None, stage: str) -> dict:
     analyzer = Analyzer(kind=str(keys["analyzer"]), stemmer=str(keys["stemmer"]))
     analyzer.tokenize("warm up")  # compiled parts load once per process, outside the timing
     t0 = time.perf_counter()
-    corpus = CorpusTerms.build(collection.iter_doc_texts(CHUNK_DOCS), analyzer, collection.num_docs)
+    corpus = CorpusTerms.build(collection.iter_doc_texts(CHUNK_DOCS), analyzer, collection.num_docs, workers=workers)
     t1 = time.perf_counter()
     BM25Index.build(corpus, k1=float(keys["bm25_k1"]), b=float(keys["bm25_b"]),  # type: ignore[arg-type]
                     idf=str(keys["idf"]), scoring=str(keys["bm25_scoring"]))
     t2 = time.perf_counter()
-    return {"stage": stage, "analyzer": analyzer.settings, "num_docs": collection.num_docs,
+    return {"stage": stage, "analyzer": analyzer.settings, "workers": workers, "num_docs": collection.num_docs,
             "vocabulary": len(corpus.vocab), "postings": corpus.num_postings,
             "load_collection_s": round(loaded - start, 2), "analyze_s": round(t1 - t0, 2),
             "docs_per_s": round(collection.num_docs / (t1 - t0)), "impacts_s": round(t2 - t1, 2),
@@ -60,19 +61,21 @@ def one_stage(data_dir: str | None, stage: str) -> dict:
 def main() -> None:
     p = common.parser(__doc__.split("\n")[0])
     p.add_argument("--stage", choices=list(FIRST_STAGES), help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, default=2, help="processes that tokenize (CorpusTerms.build)")
     args = p.parse_args()
     if args.stage:  # the child process: one stage, its figures as one JSON line
-        print(json.dumps(one_stage(args.data_dir, args.stage)))
+        print(json.dumps(one_stage(args.data_dir, args.stage, args.workers)))
         return
     common.setup(args)
     rows = []
     for stage in (DEFAULT_STAGE, ANSERINI_STAGE):
-        cmd = [sys.executable, __file__, "--stage", stage] + (["--data-dir", args.data_dir] if args.data_dir else [])
+        cmd = [sys.executable, __file__, "--stage", stage, "--workers", str(args.workers)] + (
+            ["--data-dir", args.data_dir] if args.data_dir else [])
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
     by = {r["stage"]: r for r in rows}
     common.write_json(args.json, {
-        "machine": common.machine(common.setup(args)), "settings": {"data_dir": args.data_dir},
+        "machine": common.machine(common.setup(args)), "settings": {"data_dir": args.data_dir, "workers": args.workers},
         "stages": rows,
         "lucene_vs_default_docs_per_s": round(by[ANSERINI_STAGE]["docs_per_s"] / by[DEFAULT_STAGE]["docs_per_s"], 3)})
 

@@ -269,6 +269,65 @@ def test_streamed_build_equals_one_chunk_and_bm25s_bit_for_bit(chunk, chars, blo
     assert by_posting == csc
 
 
+ANALYZERS = [("bm25s", "none"), ("bm25s", "porter"), ("lucene", "none"), ("lucene", "porter")]
+
+
+def _assert_same_corpus(one: CorpusTerms, other: CorpusTerms) -> None:
+    assert one.vocab.terms == other.vocab.terms and one.vocab.surface == other.vocab.surface
+    for name in ("doc_len", "indptr", "terms", "tf", "first"):
+        a, b = getattr(one, name), getattr(other, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def _many_texts() -> list[str]:
+    return (MIXED_DOCS + TINY_DOCS) * 2 + [f"rare{i} Word{i % 7} Über{i % 5} caresses ponies {i}" for i in range(40)]
+
+
+@pytest.mark.parametrize("kind,stemmer", ANALYZERS)
+@pytest.mark.parametrize("assign", ["round robin", "random"])
+def test_tables_of_several_workers_merge_into_the_ids_of_one(kind, stemmer, assign, monkeypatch):
+    """Runs analyzed by several tables (each seeing only its runs), merged in corpus order, give one table's ids:
+    workers simulated in this process, each run given to a worker by ``assign``."""
+    import adaptive_ir.retrieval.analyzer as text_module
+
+    texts, analyzer = _many_texts(), Analyzer(kind=kind, stemmer=stemmer)
+    one = CorpusTerms.build([texts], analyzer)
+    monkeypatch.setattr(text_module, "_ANALYZE_CHARS", 50)
+    workers = {w: text_module._new_table(analyzer) for w in range(3)}
+    rng = np.random.default_rng(0)
+
+    def simulated(runs, analyzer, table, count):
+        for i, run in enumerate(runs):
+            w = i % 3 if assign == "round robin" else int(rng.integers(3))
+            monkeypatch.setattr(text_module, "_worker_table", workers[w])
+            _, new_words, ids, counts = text_module._analyze_run(run)
+            yield table.merge(w, new_words, ids, counts)
+
+    monkeypatch.setattr(text_module, "_in_workers", simulated)
+    monkeypatch.setattr(text_module, "PARALLEL_MIN_DOCS", 1)
+    merged = CorpusTerms.build(([t] for t in texts), analyzer, len(texts), workers=3)
+    assert all(len(t) for t in workers.values())  # every simulated worker had runs
+    _assert_same_corpus(one, merged)
+
+
+@pytest.mark.parametrize("kind,stemmer", [("bm25s", "none"), ("lucene", "porter")])
+def test_worker_processes_build_the_arrays_of_one_process(kind, stemmer, monkeypatch):
+    import adaptive_ir.retrieval.analyzer as text_module
+
+    texts, analyzer = _many_texts(), Analyzer(kind=kind, stemmer=stemmer)
+    one = CorpusTerms.build([texts], analyzer)
+    monkeypatch.setattr(text_module, "_ANALYZE_CHARS", 50)  # many runs in flight among the processes
+    monkeypatch.setattr(text_module, "PARALLEL_MIN_DOCS", 1)
+    _assert_same_corpus(one, CorpusTerms.build(([t] for t in texts), analyzer, len(texts), workers=2))
+    monkeypatch.setattr(text_module, "PARALLEL_MIN_DOCS", len(texts) + 1)  # too few documents: no processes
+
+    def no_workers(*args):
+        raise AssertionError("processes started for a small corpus")
+
+    monkeypatch.setattr(text_module, "_in_workers", no_workers)
+    _assert_same_corpus(one, CorpusTerms.build([texts], analyzer, len(texts), workers=2))
+
+
 def test_streamed_build_scifact_bit_for_bit_with_bm25s(monkeypatch):
     import adaptive_ir.retrieval.index as index_module
 

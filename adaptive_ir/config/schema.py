@@ -60,7 +60,8 @@ class SystemConfig:
     seed: NonNegInt = 42
     """Seed of every random generator (python, numpy, torch)."""
     num_workers: Count = 2
-    """Threads for candidate mining."""
+    """Threads for candidate mining, and processes that tokenize a large corpus for its index (the same index
+    whatever the count)."""
 
 
 @dataclass

@@ -10,15 +10,21 @@ displays use ("diseas" reads and embeds as "disease").
 counts), built from a stream of text chunks: a chunk is analyzed to term ids and reduced to compact arrays at once,
 so neither the corpus text nor per-document token lists are ever held. It is what the BM25 index is built from
 and what the candidate miner, RM3 and LSA read (only the rows they need), saved as ``.npy`` next to the index.
+A large corpus is tokenized by worker processes (``workers``; the per-token work is Python's, one core each) and
+their term ids merged into the ids one process would give, so the arrays are the same whatever the count.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
+import os
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+import sys
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,6 +277,9 @@ _FIRST = "doc_first"
 
 COUNT_CHUNK = 1 << 20
 """Postings per ``np.bincount`` call of ``term_counts``."""
+PARALLEL_MIN_DOCS = 20_000
+"""Fewest documents whose analysis is shared among worker processes: below it, starting them costs more than they
+save."""
 
 
 def term_counts(terms: np.ndarray, num_terms: int) -> np.ndarray:
@@ -303,32 +312,33 @@ class CorpusTerms:
 
     @classmethod
     def build(cls, chunks: Iterable[list[str]], analyzer: Analyzer, num_docs: int | None = None,
-              progress: bool = False) -> CorpusTerms:
+              progress: bool = False, workers: int = 1) -> CorpusTerms:
         """Analyze a stream of chunks of document texts (corpus order). Per chunk, only its token ids live
-        as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document."""
-        table = _TermTable(analyzer) if analyzer.kind == "bm25s" else _StandardTable(analyzer)
+        as arrays; what is kept is 6 bytes per (document, distinct term) and 12 per document. ``workers`` > 1:
+        processes that tokenize, when ``num_docs`` is at least PARALLEL_MIN_DOCS (the same arrays)."""
+        parallel = workers > 1 and (num_docs or 0) >= PARALLEL_MIN_DOCS
+        table: _TermTable | _StandardTable | _MergedTable = _MergedTable() if parallel else _new_table(analyzer)
         stems = _Stems() if analyzer.stemmer != "none" else None
         parts: dict[str, list[np.ndarray]] = {"doc_len": [], "distinct": [], "terms": [], "tf": [], "first": []}
+        runs = _runs(chunks)
+        analyzed = _in_workers(runs, analyzer, table, workers) if isinstance(table, _MergedTable) else (
+            (len(texts), *table.analyze(texts)) for texts in runs)
         with Progress(num_docs or 0, "index: analyze corpus", "doc", progress and bool(num_docs)) as bar:
-            for chunk in chunks:
-                if isinstance(chunk, str):
-                    raise TypeError("CorpusTerms.build reads chunks (lists) of document texts, not single texts")
-                for texts in _by_size(chunk):
-                    ids, docs = table.analyze(texts)
-                    if stems is not None:
-                        ids = stems.map(ids, table)
-                    # one sort turns tokens into (document, term, count) triples, documents in order and terms
-                    # ascending within each document
-                    width = len(table) if stems is None else len(stems)
-                    doc_len = np.bincount(docs, minlength=len(texts))
-                    keys, first, tf = _distinct_terms(ids, docs, doc_len, width)
-                    doc_of = keys // width
-                    parts["doc_len"].append(doc_len.astype(np.float32))
-                    parts["distinct"].append(np.bincount(doc_of, minlength=len(texts)))
-                    parts["terms"].append((keys - doc_of * width).astype(np.int32))
-                    parts["tf"].append(_small(tf))
-                    parts["first"].append(_small(first))
-                bar.update(len(chunk))
+            for n, ids, docs in analyzed:
+                if stems is not None:
+                    ids = stems.map(ids, table)
+                # one sort turns tokens into (document, term, count) triples, documents in order and terms
+                # ascending within each document
+                width = len(table) if stems is None else len(stems)
+                doc_len = np.bincount(docs, minlength=n)
+                keys, first, tf = _distinct_terms(ids, docs, doc_len, width)
+                doc_of = keys // width
+                parts["doc_len"].append(doc_len.astype(np.float32))
+                parts["distinct"].append(np.bincount(doc_of, minlength=n))
+                parts["terms"].append((keys - doc_of * width).astype(np.int32))
+                parts["tf"].append(_small(tf))
+                parts["first"].append(_small(first))
+                bar.update(n)
         terms, surface = table.terms(), None
         if stems is not None:
             terms, surface = list(stems.ids), stems.surface(terms)
@@ -410,6 +420,93 @@ class CorpusTerms:
             _, at = np.unique(met, return_index=True)
             out.append(met[np.sort(at)].tolist())
         return out
+
+
+def _new_table(analyzer: Analyzer) -> _TermTable | _StandardTable:
+    return _TermTable(analyzer) if analyzer.kind == "bm25s" else _StandardTable(analyzer)
+
+
+def _runs(chunks: Iterable[list[str]]) -> Iterator[list[str]]:
+    """The texts of a stream of chunks in runs of about ``_ANALYZE_CHARS`` characters (``_by_size``)."""
+    for chunk in chunks:
+        if isinstance(chunk, str):
+            raise TypeError("CorpusTerms.build reads chunks (lists) of document texts, not single texts")
+        yield from _by_size(chunk)
+
+
+class _MergedTable:
+    """The ids one table would give (words in order of first occurrence in the corpus), from the tables of worker
+    processes that each saw some of the runs. Merged in corpus order, the words new to the corpus in a run are new
+    to the worker that analyzed it too, and in the same order; so only each result's words new to its worker are
+    looked up here, and a worker's ids become these by one array lookup."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.list: list[str] = []
+        self.maps: dict[int, tuple[np.ndarray, int]] = {}
+        """Per worker: its word id → this table's id (an array grown by doubling, and how much of it is used)."""
+
+    def __len__(self) -> int:
+        return len(self.list)
+
+    num_terms = __len__
+
+    def new_terms(self, start: int) -> list[str]:
+        return self.list[start:]
+
+    def terms(self) -> list[str]:
+        return self.list
+
+    def merge(self, worker: int, new_words: list[str], ids: np.ndarray, doc_counts: np.ndarray
+              ) -> tuple[int, np.ndarray, np.ndarray]:
+        """One worker's result (``_analyze_run``) as ``table.analyze`` would have given it here: (documents,
+        term ids, document of each token)."""
+        table, used = self.maps.get(worker, (np.zeros(1024, np.int32), 0))
+        if new_words:
+            known, n0 = self.ids, len(self.list)
+            got = [known.setdefault(w, len(known)) for w in new_words]
+            self.list.extend(w for w, g in zip(new_words, got) if g >= n0)
+            if used + len(got) > len(table):
+                table = np.resize(table, max(2 * len(table), used + len(got)))
+            table[used:used + len(got)] = got
+            used += len(got)
+        self.maps[worker] = (table, used)
+        return len(doc_counts), table[ids], np.repeat(np.arange(len(doc_counts)), doc_counts)
+
+
+_worker_table: _TermTable | _StandardTable | None = None
+"""A worker process's own table (``_in_workers``)."""
+
+
+def _start_worker(analyzer: Analyzer) -> None:
+    global _worker_table
+    _worker_table = _new_table(analyzer)
+
+
+def _analyze_run(texts: list[str]) -> tuple[int, list[str], np.ndarray, np.ndarray]:
+    """In a worker: (its process id, the words it had not seen before, in order, its ids of the run's tokens,
+    tokens per document)."""
+    table = _worker_table
+    assert table is not None  # set by _start_worker
+    start = table.num_terms()
+    ids, docs = table.analyze(texts)
+    return os.getpid(), table.new_terms(start), ids, np.bincount(docs, minlength=len(texts))
+
+
+def _in_workers(runs: Iterator[list[str]], analyzer: Analyzer, table: _MergedTable, workers: int
+                ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``table.analyze`` of each run, in order, done by ``workers`` processes; at most two runs per worker are
+    in flight, so the texts read ahead stay a few megabytes."""
+    # fork: the workers start at once and share the parent's pages (torch's DataLoader does the same on Linux)
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(analyzer,)) as pool:
+        pending: deque = deque()
+        for texts in runs:
+            pending.append(pool.submit(_analyze_run, texts))
+            if len(pending) > 2 * workers:
+                yield table.merge(*pending.popleft().result())
+        while pending:
+            yield table.merge(*pending.popleft().result())
 
 
 def _by_size(texts: list[str]) -> Iterable[list[str]]:

@@ -64,16 +64,17 @@ class Retriever:
     @classmethod
     def build(cls, collection: Collection, k1: float = 1.5, b: float = 0.75, idf: str = "lucene",
               device: str | torch.device = "cpu", progress: bool = False, analyzer: Analyzer | None = None,
-              scoring: str = "bm25s") -> Retriever:
+              scoring: str = "bm25s", workers: int = 1) -> Retriever:
         """Index every document of the collection (never only the judged ones), in memory. ``analyzer``: the
-        default ``Analyzer()`` when None; ``scoring``: see ``BM25Index.build``."""
+        default ``Analyzer()`` when None; ``scoring``: see ``BM25Index.build``; ``workers``: processes that
+        tokenize a large corpus (``CorpusTerms.build``; the same index)."""
         analyzer, digest = analyzer or Analyzer(), hashlib.sha256()
         chunks = _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest)
         first = next(chunks, None)
         if first:
             require_build_fits(CorpusTerms.build([first], analyzer).num_postings, len(first), collection.num_docs)
             chunks = itertools.chain([first], chunks)
-        corpus = CorpusTerms.build(chunks, analyzer, collection.num_docs, progress)
+        corpus = CorpusTerms.build(chunks, analyzer, collection.num_docs, progress, workers)
         index = BM25Index.build(corpus, k1=k1, b=b, idf=idf, progress=progress, scoring=scoring)
         index.meta.update(corpus_sha256=digest.hexdigest(), analyzer=fingerprint(analyzer.identity))
         if analyzer.settings != Analyzer().settings:
@@ -83,7 +84,7 @@ class Retriever:
     @classmethod
     def cached(cls, collection: Collection, cache_dir: str | Path, k1: float = 1.5, b: float = 0.75,
                idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False,
-               analyzer: Analyzer | None = None, scoring: str = "bm25s") -> Retriever:
+               analyzer: Analyzer | None = None, scoring: str = "bm25s", workers: int = 1) -> Retriever:
         """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
         when absent (or damaged). A cache hit costs a read of the corpus (to hash it) and of the index files (to
         check their checksums): no tokenising, no scoring."""
@@ -102,7 +103,7 @@ class Retriever:
             retriever = cls._saved(folder, collection, device, quiet=True)
             if retriever is not None:
                 return retriever
-            retriever = cls.build(collection, k1, b, idf, "cpu", progress, analyzer, scoring)
+            retriever = cls.build(collection, k1, b, idf, "cpu", progress, analyzer, scoring, workers)
             retriever.save(folder)
             log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
                      retriever.index.vocab_size, retriever.corpus.num_postings, folder)

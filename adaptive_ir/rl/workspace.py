@@ -113,7 +113,7 @@ def configured_retriever(cfg: Config, collection: Collection, device: torch.devi
     rc = cfg.retrieval
     return Retriever.cached(collection, cfg.cache_path_dir, rc.bm25_k1, rc.bm25_b, rc.idf, device=device,
                             progress=progress, analyzer=Analyzer(kind=rc.analyzer, stemmer=rc.stemmer),
-                            scoring=rc.bm25_scoring)
+                            scoring=rc.bm25_scoring, workers=cfg.system.num_workers)
 
 
 def configured_embedder(cfg: Config, retriever: Retriever, device: torch.device):
