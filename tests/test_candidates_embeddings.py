@@ -852,3 +852,32 @@ def test_query_set_rows_point_at_each_candidates_own_embedding(tmp_path):
     assert [tables.term_texts[r] for r in rows[valid]] == [vocab[t] for t in terms[valid]]
     assert (rows[~valid] == len(tables.term_texts)).all() and not tables.term[-1].any()  # padding: the zero row
     np.testing.assert_array_equal(tables.term[rows[valid]].numpy(), ws.embedder.encode([vocab[t] for t in terms[valid]]))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_effect_preview_bounded_lookups_equal_reading_every_posting(ties):
+    """The preview's shortcut (only the query's best documents looked up in a common candidate's postings) gives
+    the numbers of reading every posting: random indexes (with equal impacts, so equal scores, when ``ties``),
+    queries, candidates and levels; an infinite bound per term forces every candidate onto the full reading."""
+    from adaptive_ir.retrieval import kernels
+
+    rng = np.random.default_rng(1 + ties)
+    for _ in range(40):
+        num_docs, vocab = int(rng.integers(50, 3000)), int(rng.integers(2, 40))
+        lists = [np.sort(rng.choice(num_docs, int(rng.integers(0, num_docs)), replace=False)) for _ in range(vocab)]
+        indptr = np.concatenate([[0], np.cumsum([len(x) for x in lists]), [sum(map(len, lists))]]).astype(np.int64)
+        indices = np.concatenate(lists).astype(np.int32)
+        data = (rng.integers(1, 4, len(indices)) if ties else rng.random(len(indices)) + 0.01).astype(np.float32)
+        maxes = kernels.term_max(indptr, data)
+        q, width, m, k = 12, int(rng.integers(1, 6)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        terms = rng.integers(0, vocab + 1, (q, width)).astype(np.int64)  # vocab: the padding term
+        weights = np.ones((q, width), np.float32)
+        first = np.full((q, k), -1, np.int64)
+        kernels.search_topk(indptr, indices, data, num_docs, terms, weights, k, first)
+        cands = rng.integers(-1, vocab, (q, m)).astype(np.int64)
+        levels = (rng.integers(1, 4, (q, m, 2)) * 0.25).astype(np.float32)
+        fast, full = np.zeros((q, m, 6), np.float32), np.zeros((q, m, 6), np.float32)
+        kernels.effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first, cands, levels, fast)
+        kernels.effect_preview(indptr, indices, data, np.full_like(maxes, np.inf), num_docs, terms, weights, first,
+                               cands, levels, full)
+        np.testing.assert_array_equal(fast, full)

@@ -129,7 +129,7 @@ class CandidateMiner:
         """The weights the effect preview adds each candidate at (None: no preview), the depth of the ranking it
         looks at, and whether a candidate's weight is also scaled by its mean score
         (``retrieval.expansion_weighting: score``)."""
-        self._host_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._host_index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.search_seconds = 0.0
         """Time spent in feedback searches by all ``mine`` calls (summed over the worker threads): the part of
         mining that grows with the corpus (the rest follows the feedback documents)."""
@@ -225,16 +225,18 @@ class CandidateMiner:
             levels = levels * scale[:, :, None]
         first = np.ascontiguousarray(np.asarray(ranking)[:, :self.preview_k], np.int64)
         out = np.zeros((n, m, 3 * len(self.preview_levels)), np.float32)
-        indptr, indices, data = self._index_arrays()
-        kernels.effect_preview(indptr, indices, data, self.r.index.num_docs, ids, weights, first, terms,
+        indptr, indices, data, maxes = self._index_arrays()
+        kernels.effect_preview(indptr, indices, data, maxes, self.r.index.num_docs, ids, weights, first, terms,
                                np.ascontiguousarray(levels, np.float32), out)
         return out
 
     def _index_arrays(self):
-        """(indptr, indices, impacts) of the index as host arrays (copied once when it lives on a GPU)."""
+        """(indptr, indices, impacts, each term's largest impact) of the index as host arrays (copied once when
+        it lives on a GPU)."""
         if self._host_index is None:
             idx = self.r.index
-            self._host_index = (idx.indptr.cpu().numpy(), idx.indices.cpu().numpy(), idx.data.cpu().numpy())
+            indptr, data = idx.indptr.cpu().numpy(), idx.data.cpu().numpy()
+            self._host_index = (indptr, idx.indices.cpu().numpy(), data, kernels.term_max(indptr, data))
         return self._host_index
 
     def _query_features(self, query_terms, fb_idx, has_score, fb_scores, terms, fb_frac) -> np.ndarray:

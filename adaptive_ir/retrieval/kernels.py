@@ -115,7 +115,6 @@ def search_prefixes(indptr, indices, data, num_docs, terms, weights, start, mark
     touched = np.empty(width, np.int64)
     keys = np.empty(width, np.int64)
     pool = np.empty(longest + k, np.int64)
-    saved = np.empty(0, np.float32)
     cur = np.empty(k, np.int64)
     for r in range(terms.shape[0]):
         n = _accumulate(indptr, indices, data, acc, touched, terms[r], weights[r], start)
@@ -136,7 +135,7 @@ def search_prefixes(indptr, indices, data, num_docs, terms, weights, start, mark
         for c in range(terms.shape[1] - start):
             t = terms[r, start + c]
             if indptr[t + 1] > indptr[t]:
-                _step(acc, indptr, indices, data, t, weights[r, start + c], np.int64(-1), cur, cur, pool, saved, False)
+                _step(acc, indptr, indices, data, t, weights[r, start + c], np.int64(-1), cur, cur, pool)
                 for p in range(indptr[t], indptr[t + 1]):
                     touched[n] = np.int64(indices[p])
                     n += 1
@@ -170,19 +169,16 @@ def lanes_fill(indptr, indices, data, lanes, rows, terms, weights):
 
 
 @njit(inline="always")
-def _step(lane, indptr, indices, data, t, w, exclude, old, out, pool, saved, undo):
+def _step(lane, indptr, indices, data, t, w, exclude, old, out, pool):
     """``lane`` (one query's scores over the corpus) adds term ``t`` × ``w``; ``out`` = the top-k keys of the new
     scores: the old top k ``old`` (sorted, -1 padded; ``out`` may be ``old``), moved up, merged with the documents
-    the term touches (scores only rise, so nothing else can enter), never ``exclude``. With ``undo`` the lane is
-    restored afterwards (a trial: only ``out`` changes)."""
+    the term touches (scores only rise, so nothing else can enter), never ``exclude``."""
     k = old.shape[0]
     kth = old[k - 1]
     bits = lane.view(np.int32)
     n = 0
     for p in range(indptr[t], indptr[t + 1]):
         d = np.int64(indices[p])
-        if undo:
-            saved[p - indptr[t]] = lane[d]
         s = lane[d] + w * data[p]
         lane[d] = s
         if s > 0 and d != exclude:
@@ -196,24 +192,64 @@ def _step(lane, indptr, indices, data, t, w, exclude, old, out, pool, saved, und
             pool[n] = _key(bits[d], d)
             n += 1
     _best_distinct(pool[:n], k, out)
-    if undo:
-        for p in range(indptr[t], indptr[t + 1]):
-            lane[indices[p]] = saved[p - indptr[t]]
+
+
+@njit(inline="always")
+def _trial(lane, indptr, indices, data, t, w, exclude, old, out, pool, tops, one):
+    """``out`` = the top-k keys ``_step`` would give, the lane left as it is: nothing is written, so nothing is
+    restored. The old top k's documents, sorted into ``tops`` (k int64), are met in the term's postings (both
+    ascending) to take their new scores; ``one``: a float32 scratch of length 1 (a score's bits)."""
+    k = old.shape[0]
+    kth = old[k - 1]
+    bits = lane.view(np.int32)
+    one_bits = one.view(np.int32)
+    n_top = 0
+    for j in range(k):
+        if old[j] >= 0:
+            tops[n_top] = _LOW - (old[j] & _LOW)
+            n_top += 1
+    tops[:n_top].sort()
+    n, i = 0, 0
+    for p in range(indptr[t], indptr[t + 1]):
+        d = np.int64(indices[p])
+        one[0] = lane[d] + w * data[p]
+        while i < n_top and tops[i] < d:
+            pool[n] = _key(bits[tops[i]], tops[i])  # an old top document the term does not touch
+            n += 1
+            i += 1
+        if i < n_top and tops[i] == d:
+            pool[n] = _key(one_bits[0], d)
+            n += 1
+            i += 1
+        elif one[0] > 0 and d != exclude:
+            key = _key(one_bits[0], d)
+            if key > kth:
+                pool[n] = key
+                n += 1
+    while i < n_top:
+        pool[n] = _key(bits[tops[i]], tops[i])
+        n += 1
+        i += 1
+    _best_distinct(pool[:n], k, out)
 
 
 @njit(nogil=True, cache=True)
 def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk, undo):
     """Episode ``rows[i]`` adds ``terms[i]`` × ``weights[i]`` to its lane and its top-k keys ``topk[i]`` (sorted,
-    -1 padded) become those of the new scores (``_step``); with ``undo`` the lane is restored afterwards."""
+    -1 padded) become those of the new scores (``_step``); with ``undo`` the lane is left as it was (``_trial``)."""
     k = topk.shape[1]
     width = 0
     for i in range(rows.shape[0]):
         width = max(width, indptr[terms[i] + 1] - indptr[terms[i]])
     pool = np.empty(width + k, np.int64)
-    saved = np.empty(width if undo else 0, np.float32)
+    tops = np.empty(k, np.int64)
+    one = np.empty(1, np.float32)
     for i in range(rows.shape[0]):
-        _step(lanes[rows[i]], indptr, indices, data, terms[i], weights[i], exclude[i], topk[i], topk[i], pool, saved,
-              undo)
+        if undo:
+            _trial(lanes[rows[i]], indptr, indices, data, terms[i], weights[i], exclude[i], topk[i], topk[i], pool,
+                   tops, one)
+        else:
+            _step(lanes[rows[i]], indptr, indices, data, terms[i], weights[i], exclude[i], topk[i], topk[i], pool)
 
 
 @njit(inline="always")
@@ -315,55 +351,188 @@ def feedback_cooc(doc_indptr, doc_terms, fb_idx, fb_weight, query_terms, cands, 
 
 
 @njit(nogil=True, cache=True)
-def effect_preview(indptr, indices, data, num_docs, terms, weights, first, cands, levels, out):
+def term_max(indptr, data):
+    """Each term's largest impact (0 for a term with no postings): ``effect_preview``'s bound."""
+    out = np.zeros(indptr.shape[0] - 1, np.float32)
+    for t in range(out.shape[0]):
+        m = np.float32(0.0)
+        for p in range(indptr[t], indptr[t + 1]):
+            m = max(m, data[p])
+        out[t] = m
+    return out
+
+
+@njit(inline="always")
+def _impact_of(indices, data, lo, hi, d):
+    """The impact of document ``d`` in the posting list ``indices[lo:hi]`` (ascending), or -1 if it is not there."""
+    end = hi
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if indices[mid] < d:
+            lo = mid + 1
+        else:
+            hi = mid
+    return data[lo] if lo < end and indices[lo] == d else np.float32(-1.0)
+
+
+@njit(inline="always")
+def _trial_near(lane, indptr, indices, data, t, w, old, out, pool, near, n_near, one):
+    """``_trial`` for a term whose postings cannot lift a document the query left below ``near``'s end into the
+    top k: only the old top k and the ``near`` documents (the query's best-scored ones, best first) are looked up
+    in the term's postings (by bisection), not every posting read. ``effect_preview`` decides when that holds."""
+    k = old.shape[0]
+    kth = old[k - 1]
+    bits = lane.view(np.int32)
+    one_bits = one.view(np.int32)
+    lo, hi = indptr[t], indptr[t + 1]
+    n = 0
+    for j in range(k):
+        if old[j] >= 0:
+            d = _LOW - (old[j] & _LOW)
+            x = _impact_of(indices, data, lo, hi, d)
+            if x >= 0:
+                one[0] = lane[d] + w * x
+                pool[n] = _key(one_bits[0], d)
+            else:
+                pool[n] = _key(bits[d], d)
+            n += 1
+    for i in range(n_near):
+        d = near[i]
+        x = _impact_of(indices, data, lo, hi, d)
+        if x >= 0:
+            one[0] = lane[d] + w * x
+            if one[0] > 0:
+                key = _key(one_bits[0], d)
+                if key > kth:  # an old top document is in the pool already, with this same key
+                    pool[n] = key
+                    n += 1
+    _best_distinct(pool[:n], k, out)
+
+
+@njit(inline="always")
+def _reach(cands, levels, maxes, theta):
+    """The largest bound (weight × the term's largest impact) below ``theta`` among one query's candidates and
+    levels; 0 if none."""
+    reach = np.float32(0.0)
+    for m in range(cands.shape[0]):
+        t = cands[m]
+        if t >= 0:
+            for lv in range(levels.shape[1]):
+                b = levels[m, lv] * maxes[t]
+                if b < theta and b > reach:
+                    reach = b
+    return reach
+
+
+@njit(inline="always")
+def _gather_near(indptr, indices, acc, terms, reach, theta, near_keys, near_docs):
+    """Into ``near_docs``, best first and each once, the documents of one query (``terms``; its scores in
+    ``acc``) whose score plus ``reach`` reaches ``theta``; returns how many."""
+    if reach <= 0:
+        return 0
+    bits = acc.view(np.int32)
+    n = 0
+    for j in range(terms.shape[0]):
+        t = terms[j]
+        for p in range(indptr[t], indptr[t + 1]):
+            d = np.int64(indices[p])
+            if acc[d] > 0 and acc[d] + reach >= theta:
+                near_keys[n] = _key(bits[d], d)
+                n += 1
+    near_keys[:n].sort()
+    kept = 0
+    for i in range(n - 1, -1, -1):  # a document read by several query terms: once
+        if i == n - 1 or near_keys[i] != near_keys[i + 1]:
+            near_docs[kept] = _LOW - (near_keys[i] & _LOW)
+            kept += 1
+    return kept
+
+
+@njit(inline="always")
+def _entering(acc, new, kth, best, out):
+    """``out[:3]`` = the effect preview's three numbers for the new top k ``new`` (``effect_preview``)."""
+    k = new.shape[0]
+    bits = acc.view(np.int32)
+    entered, head, match = 0, 0, 0.0
+    for i in range(k):
+        if new[i] < 0:
+            break
+        d = _LOW - (new[i] & _LOW)
+        # the lane holds the query's own scores again: a document was in its top k iff it scored and its key
+        # reaches the old k-th (a ranking of fewer than k holds every document that scored)
+        if acc[d] > 0 and _key(bits[d], d) >= kth:
+            continue
+        entered += 1
+        head += i < 10
+        match += acc[d]
+    out[0] = entered / k
+    out[1] = head / min(10, k)
+    if entered and best > 0:
+        out[2] = match / entered / best
+
+
+@njit(nogil=True, cache=True)
+def effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first, cands, levels, out):
     """What adding each candidate would do to its query's first ranking, without the answers. ``terms``,
     ``weights`` (Q, L0): the queries (padding slots name a term with no postings); ``first`` (Q, k) the keys of
     their top k (sorted, -1 padded); ``cands`` (Q, M) -1 padded; ``levels`` (Q, M, L) float32 the weight each
-    candidate would be added at. ``out[q, m, 3·l + i]``, adding candidate m at ``levels[q, m, l]``:
+    candidate would be added at; ``maxes``: each term's largest impact (``term_max``). ``out[q, m, 3·l + i]``,
+    adding candidate m at ``levels[q, m, l]``:
     0. documents entering the top k, / k;
     1. documents entering the top 10, / 10 (the head, where precision is made);
     2. mean over the entering top-k documents of their score for the query alone / the query's best score (the
        documents a term brings in that match the query well, or that match the new term only; 0 if none enter).
-    The query's scores in one lane (``lanes_fill``), then each candidate's postings per level: the env's own
-    incremental step (``_step``), undone after each."""
+    The query's scores in one lane (``lanes_fill``), then each candidate per level as a trial of the env's own
+    step, the lane read and never written (``_trial``). A common term's bound (weight × its largest impact) is
+    usually below the query's k-th score: then no document the query did not reach can enter, nor one whose
+    score plus the bound stays below the k-th (float32 sums only rise with their terms), so only the query's
+    best-scored documents are looked up in the term's postings (``_trial_near``): the same keys, from a fraction
+    of the postings at a million documents and more."""
     k = first.shape[1]
     lanes = np.zeros((1, num_docs), np.float32)
     acc = lanes[0]
-    bits = acc.view(np.int32)
     row = np.zeros(1, np.int64)
-    width = 0
+    width, touched = 0, 0
     for q in range(cands.shape[0]):
         for m in range(cands.shape[1]):
             t = cands[q, m]
             if t >= 0:
                 width = max(width, indptr[t + 1] - indptr[t])
-    pool = np.empty(width + k, np.int64)
-    saved = np.empty(width, np.float32)
+        n = 0
+        for j in range(terms.shape[1]):
+            n += indptr[terms[q, j] + 1] - indptr[terms[q, j]]
+        touched = max(touched, n)
+    pool = np.empty(max(width, touched) + k, np.int64)
+    tops = np.empty(k, np.int64)
+    one = np.empty(1, np.float32)
     new = np.empty(k, np.int64)
+    near_docs = np.empty(touched, np.int64)
+    near_keys = np.empty(touched, np.int64)
     for q in range(cands.shape[0]):
         lanes_fill(indptr, indices, data, lanes, row, terms[q:q + 1], weights[q:q + 1])
         best = acc[_LOW - (first[q, 0] & _LOW)] if first[q, 0] >= 0 else np.float32(0.0)
         kth = first[q, k - 1]
+        theta = acc[_LOW - (kth & _LOW)] if kth >= 0 else np.float32(0.0)
+        n_near = 0
+        if kth >= 0:
+            n_near = _gather_near(indptr, indices, acc, terms[q], _reach(cands[q], levels[q], maxes, theta), theta,
+                                  near_keys, near_docs)
         for m in range(cands.shape[1]):
             t = cands[q, m]
             if t < 0:
                 continue
+            postings = indptr[t + 1] - indptr[t]
             for lv in range(levels.shape[2]):
-                _step(acc, indptr, indices, data, t, levels[q, m, lv], -1, first[q], new, pool, saved, True)
-                entered, head, match = 0, 0, 0.0
-                for i in range(k):
-                    if new[i] < 0:
-                        break
-                    d = _LOW - (new[i] & _LOW)
-                    # the lane holds the query's own scores again: a document was in its top k iff it scored and
-                    # its key reaches the old k-th (a ranking of fewer than k holds every document that scored)
-                    if acc[d] > 0 and _key(bits[d], d) >= kth:
-                        continue
-                    entered += 1
-                    head += i < 10
-                    match += acc[d]
-                out[q, m, 3 * lv] = entered / k
-                out[q, m, 3 * lv + 1] = head / min(10, k)
-                if entered and best > 0:
-                    out[q, m, 3 * lv + 2] = match / entered / best
+                w = levels[q, m, lv]
+                b = w * maxes[t]
+                # how many of the gathered documents this term's bound can lift to the k-th
+                lift = 0
+                if kth >= 0 and b < theta:
+                    while lift < n_near and acc[near_docs[lift]] + b >= theta:
+                        lift += 1
+                if kth >= 0 and b < theta and (lift + k) * 24 < postings:
+                    _trial_near(acc, indptr, indices, data, t, w, first[q], new, pool, near_docs, lift, one)
+                else:
+                    _trial(acc, indptr, indices, data, t, w, -1, first[q], new, pool, tops, one)
+                _entering(acc, new, kth, best, out[q, m, 3 * lv:3 * lv + 3])
         lanes_clear(indptr, indices, lanes, row, terms[q:q + 1])
