@@ -394,6 +394,11 @@ def test_lanes_hold_the_current_scores_and_are_cleared_between_batches(world, co
     env.reset(torch.arange(len(qs)).repeat(2))
     assert env.lanes.shape[0] == 2 * len(qs)
     assert torch.equal(env.lanes[: 2 * len(qs)], index.score(env.terms, env.weights))
+    # lanes given back (before a run's test phase) are made again by the next batch
+    env.release_lanes()
+    assert env.lanes is None and env.terms is None
+    random_rollout(env, qidx, seed=3)
+    assert env.lanes.shape[0] == len(qidx) and torch.equal(env.lanes, index.score(env.terms, env.weights))
 
 
 @pytest.mark.parametrize("compact", [True, False])
