@@ -4,8 +4,9 @@ each phase, as a new user runs it (the field's rows over both first stages, on t
     python benchmarks/evaluate_baselines.py --data-dir <folder> --label after \
         --json benchmarks/results/evaluate_baselines_wiki_articles.json
 
-The command runs in a process of its own under ``/usr/bin/time -v`` (its peak RSS is the command's own), in a fresh
-temporary folder; ``--label`` names the entry written into ``--json`` (other labels there are kept, so before and
+The command runs in a process of its own under ``/usr/bin/time -v`` (its peak RSS is the command's own: its largest
+process's), in a fresh temporary folder, and the summed PSS of its process tree (the index's worker processes
+included, their pages shared with their parent counted once) is sampled every 0.5 s; ``--label`` names the entry written into ``--json`` (other labels there are kept, so before and
 after sit side by side). Run it with another checkout on ``PYTHONPATH`` for a before/after on the same machine.
 The collection of the README's figure: ``benchmarks/wiki_articles.py`` (258,288 Wikipedia articles).
 """
@@ -20,7 +21,11 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
+
+from run_cost import family_pss_kib
 
 COMMAND = ["evaluate", "--config", "cranfield", "--set", "candidate_mining.feedback=bm25", "--set",
            "candidate_mining.stem_variants=false", "--baselines", "--no-progress"]
@@ -43,8 +48,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="adaptive-ir-evaluate-") as work:
         cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "adaptive_ir.cli", *COMMAND, "--data-dir",
                str(Path(args.data_dir).resolve()), "--set", f"training.output_dir={work}/runs/x"]
-        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
+        proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        peak_pss = [0]
+
+        def sample() -> None:
+            while proc.poll() is None:
+                peak_pss[0] = max(peak_pss[0], family_pss_kib(proc.pid))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        log, _ = proc.communicate()
+        sampler.join()
     if proc.returncode != 0:
         sys.exit(f"the command failed ({proc.returncode}):\n{log[-3000:]}")
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([0-9.]+)", log)
@@ -52,6 +67,7 @@ def main() -> None:
     assert wall and rss, "no /usr/bin/time -v report"
     entry = {"wall_s": round(int(wall[1] or 0) * 3600 + int(wall[2]) * 60 + float(wall[3]), 1),
              "peak_rss_gib": round(int(rss[1]) / 2 ** 20, 2),
+             "peak_pss_gib_all_processes": round(peak_pss[0] / 2 ** 20, 2),
              "phases": [{"phase": m[1], "seconds": seconds(m[2]), "peak_rss_gib_so_far": float(m[3])}
                         for m in PHASE.finditer(log)],
              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},

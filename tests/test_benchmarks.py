@@ -242,3 +242,58 @@ def test_index_build(tmp_path):
         assert row["docs_per_s"] > 0 and row["peak_rss_gib"] > 0
     assert d["lucene_vs_default_docs_per_s"] == pytest.approx(d["stages"][1]["docs_per_s"] / d["stages"][0]["docs_per_s"],
                                                               abs=1e-3)
+
+
+def test_run_cost_records_each_logged_phase_and_fits_sizes(tmp_path):
+    """run_cost.py run: a command's logged phases (as ``common.progress.Phases`` writes them) with their seconds,
+    the collection's size from the index's line, the wall time and peaks; fit: a line per phase group over sizes."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run_cost
+
+    assert [run_cost.seconds_of(t) for t in ("8.2 s", "8 min 11 s", "1 h 05 min")] == [8.2, 491.0, 3900.0]
+    assert [run_cost.group_of(n) for n in ("index", "mine candidates (train, 20000 queries)", "training",
+                                           "load collection", "dev selection (whole dev split)")] == [
+        "index", "mining", "training", "load", "dev"]
+    script = ("import time; print('INFO index: 5000 documents, 10 terms, 99 postings saved', flush=True); "
+              "print('INFO phase load collection: 1.5 s (peak RSS 0.10 GiB)', flush=True); time.sleep(1.2); "
+              "print('INFO phase index: 1 min 02 s (peak RSS 0.20 GiB)', flush=True)")
+    runs = []
+    for docs in (5000, 20000):
+        out = tmp_path / f"run{docs}.json"
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "run", "--json", str(out),
+                               "--", sys.executable, "-c", script.replace("5000", str(docs))],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        d = json.loads(out.read_text())
+        assert d["exit_status"] == 0 and d["num_docs"] == docs and d["wall_s"] >= 1.2
+        assert [(p["name"], p["seconds"]) for p in d["phases"]] == [("load collection", 1.5), ("index", 62.0)]
+        assert d["max_rss_gib"] > 0 and out.with_suffix(".log").read_text().count("phase") == 2
+        runs.append(str(out))
+    # a run's first part, known from its stamped log alone, joins the second part at the same size
+    part = tmp_path / "part.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "log",
+                    str(Path(runs[1]).with_suffix(".log")), "--json", str(part)], cwd=ROOT, check=True, timeout=120)
+    first = json.loads(part.read_text())
+    assert first["num_docs"] == 20000 and first["max_rss_gib"] == 0.2 and len(first["phases"]) == 2
+    curve = tmp_path / "curve.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "fit", *runs, str(part),
+                           "--json", str(curve), "--plot", str(tmp_path / "curve.png")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(curve.read_text())
+    # the part given last repeats every phase of the first: those are its cache reads, left out with their time
+    joined = result["runs"][1]
+    assert [r["seconds"]["index"] for r in result["runs"]] == [62.0, 62.0]
+    assert joined["wall_s"] == pytest.approx(json.loads(Path(runs[1]).read_text())["wall_s"] + first["wall_s"] - 63.5)
+    assert result["fits"]["index"]["per_million_docs"] == pytest.approx(0.0)
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_effect_preview_benchmark_checks_both_readings_agree(tmp_path):
+    out = tmp_path / "effect_preview.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "effect_preview.py"), "--quick", "--threads", "1",
+                           "--set", "candidate_mining.effect_preview=true", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert d["equal"] and d["settings"]["queries"] > 0 and d["mine_bounded_s"] > 0 and d["mine_every_posting_s"] > 0
