@@ -255,14 +255,20 @@ def lanes_add(indptr, indices, data, lanes, rows, terms, weights, exclude, topk,
 @njit(inline="always")
 def _holds(doc_terms: np.ndarray, lo: np.int64, hi: np.int64, t: np.int64) -> bool | np.bool_:
     """Whether the ascending ``doc_terms[lo:hi]`` (e.g. one document's distinct terms, one query's relevant documents) holds term ``t``."""
-    end = hi
+    at = _lower_bound(doc_terms, lo, hi, t)
+    return at < hi and doc_terms[at] == t
+
+
+@njit(inline="always")
+def _lower_bound(a, lo, hi, x):
+    """The first position in the ascending ``a[lo:hi]`` whose value is ≥ x (``hi`` if none): a bisection."""
     while lo < hi:
         mid = (lo + hi) >> 1
-        if doc_terms[mid] < t:
+        if a[mid] < x:
             lo = mid + 1
         else:
             hi = mid
-    return lo < end and doc_terms[lo] == t
+    return lo
 
 
 @njit(nogil=True, cache=True)
@@ -365,14 +371,8 @@ def term_max(indptr, data):
 @njit(inline="always")
 def _impact_of(indices, data, lo, hi, d):
     """The impact of document ``d`` in the posting list ``indices[lo:hi]`` (ascending), or -1 if it is not there."""
-    end = hi
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if indices[mid] < d:
-            lo = mid + 1
-        else:
-            hi = mid
-    return data[lo] if lo < end and indices[lo] == d else np.float32(-1.0)
+    at = _lower_bound(indices, lo, hi, d)
+    return data[at] if at < hi and indices[at] == d else np.float32(-1.0)
 
 
 @njit(inline="always")
