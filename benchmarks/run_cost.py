@@ -16,8 +16,9 @@ collection's size is read off the index's log line. ``log`` makes the same JSON 
 stopped part way: its phases so far, no memory samples). ``fit`` groups the phases of runs at several sizes (load,
 index, embedding model, mining, training, test, ...), fits each group's seconds and the run's peaks against the
 number of documents with a line, and draws them; JSONs of one size are one run in parts (one that went on from the
-caches another wrote, in the order given): a phase a later part repeats is its read of what an earlier part
-computed and is left out, with its seconds; the rest is joined, the wall times added, the peaks the larger.
+caches another wrote, in the order given): a later part's first phases, as long as an earlier part ran them too,
+are its reads of what that part computed and are left out, with their seconds; the rest is joined, the wall times
+added, the peaks the larger.
 
     python benchmarks/run_cost.py log <run_cost's .log of the first part> --json <part1>.json
 """
@@ -36,6 +37,8 @@ from pathlib import Path
 PHASE = re.compile(r"phase (?P<name>.+?): (?P<time>[\d.]+ s|\d+ min \d+ s|\d+ h \d+ min) \(peak RSS "
                    r"(?P<rss>[\d.]+) GiB\)")
 DOCS = re.compile(r"index: (\d+) documents")
+TRAINING = re.compile(r"trainer: training (?P<s>[\d.]+) s \(\d+ updates\)")
+"""The trainer's own account of its loop (collect, update, dev evaluations), which is not a ``phase`` line."""
 GROUPS = (("load", ("load collection",)), ("index", ("index",)), ("embedding model", ("embedding model",)),
           ("mining", ("mine ", "query set ", "RM3 ")), ("embedding", ("embed ",)), ("training", ("training",)),
           ("dev", ("dev evaluation", "dev selection")), ("test", ("test", "evaluate", "baselines")))
@@ -71,6 +74,11 @@ def parse(lines: list[tuple[float, str]], samples: list[tuple[float, float]]) ->
     for t, line in lines:
         if docs is None and (m := DOCS.search(line)):
             docs = int(m[1])
+        if m := TRAINING.search(line):
+            s = float(m["s"])
+            inside = [r for at, r in samples if t - s - 1 <= at <= t]
+            phases.append({"name": "training", "seconds": s, "end_s": t, "process_peak_rss_gib": None,
+                           "peak_pss_gib": round(max(inside, default=0.0), 2)})
         if m := PHASE.search(line):
             s = seconds_of(m["time"])
             inside = [r for at, r in samples if t - s - 1 <= at <= t]
@@ -118,7 +126,7 @@ def from_log(args) -> None:
         lines.append((float(stamp), text))
     parsed = parse(lines, [])
     # the engine's own peak RSS so far, logged with each phase: the largest process's, as ru_maxrss would be
-    rss = max((ph["process_peak_rss_gib"] for ph in parsed["phases"]), default=None)
+    rss = max((ph["process_peak_rss_gib"] for ph in parsed["phases"] if ph["process_peak_rss_gib"]), default=None)
     result = {"command": f"(from {args.log})", "exit_status": None, "wall_s": lines[-1][0] if lines else 0.0,
               "peak_pss_gib": None, "max_rss_gib": rss, **parsed}
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
@@ -130,9 +138,11 @@ def joined(parts: list[dict]) -> dict:
     peak = lambda key: max((p[key] for p in parts if p.get(key) is not None), default=None)  # noqa: E731
     phases, done, wall = [], set(), 0.0
     for part in parts:
-        repeats = [ph for ph in part["phases"] if ph["name"] in done]
-        phases += [ph for ph in part["phases"] if ph["name"] not in done]
-        wall += part["wall_s"] - sum(ph["seconds"] for ph in repeats)
+        reads = 0  # the leading phases an earlier part ran: cache reads (a later "index" is a build of its own)
+        while reads < len(part["phases"]) and part["phases"][reads]["name"] in done:
+            reads += 1
+        phases += part["phases"][reads:]
+        wall += part["wall_s"] - sum(ph["seconds"] for ph in part["phases"][:reads])
         done |= {ph["name"] for ph in part["phases"]}
     return {"num_docs": parts[0]["num_docs"], "wall_s": round(wall, 1), "max_rss_gib": peak("max_rss_gib"),
             "peak_pss_gib": peak("peak_pss_gib"), "phases": phases,
