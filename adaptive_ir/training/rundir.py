@@ -203,8 +203,9 @@ def start_run(cfg: Config, *, resume: bool = False, checkpoint: str | Path | Non
     previous = _read_record(folders[0]) if continuing else None
     try:
         record = _new_record(cfg, resume_from, previous, replaced)
-        atomic_write_json(folders[0] / RUN_FILE, record)
+        # the lock says who holds it before run.json names the run: whoever reads the record can name its holder
         _write_holder(locks, record)
+        atomic_write_json(folders[0] / RUN_FILE, record)
     except BaseException:
         _release(locks)
         raise
