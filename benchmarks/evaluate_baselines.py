@@ -25,18 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-from run_cost import family_pss_kib
+from process_memory import family, pss_rss_kib
+from run_cost import PHASE, seconds_of
 
 COMMAND = ["evaluate", "--config", "cranfield", "--set", "candidate_mining.feedback=bm25", "--set",
            "candidate_mining.stem_variants=false", "--baselines", "--no-progress"]
 """The issue's command: Cranfield's config (the engine's default first stage) on the large collection."""
-PHASE = re.compile(r"phase (.+?): ([0-9.]+ s|[0-9]+ min [0-9]+ s) \(peak RSS ([0-9.]+) GiB\)")
-
-
-def seconds(text: str) -> float:
-    """'2 min 03 s' or '34.5 s' as seconds."""
-    parts = re.findall(r"([0-9.]+) (min|s)", text)
-    return sum(float(v) * (60 if unit == "min" else 1) for v, unit in parts)
 
 
 def main() -> None:
@@ -53,7 +47,7 @@ def main() -> None:
 
         def sample() -> None:
             while proc.poll() is None:
-                peak_pss[0] = max(peak_pss[0], family_pss_kib(proc.pid))
+                peak_pss[0] = max(peak_pss[0], pss_rss_kib(family(proc.pid))[0])
                 time.sleep(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -68,7 +62,7 @@ def main() -> None:
     entry = {"wall_s": round(int(wall[1] or 0) * 3600 + int(wall[2]) * 60 + float(wall[3]), 1),
              "peak_rss_gib": round(int(rss[1]) / 2 ** 20, 2),
              "peak_pss_gib_all_processes": round(peak_pss[0] / 2 ** 20, 2),
-             "phases": [{"phase": m[1], "seconds": seconds(m[2]), "peak_rss_gib_so_far": float(m[3])}
+             "phases": [{"phase": m[1], "seconds": seconds_of(m[2]), "peak_rss_gib_so_far": float(m[3])}
                         for m in PHASE.finditer(log)],
              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
              "pythonpath": os.environ.get("PYTHONPATH")}

@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from process_memory import family, pss_rss_kib
+
 PHASE = re.compile(r"phase (?P<name>.+?): (?P<time>[\d.]+ s|\d+ min \d+ s|\d+ h \d+ min) \(peak RSS "
                    r"(?P<rss>[\d.]+) GiB\)")
 DOCS = re.compile(r"index: (\d+) documents")
@@ -53,21 +55,6 @@ def seconds_of(text: str) -> float:
     return n[0] * 60 + n[1] if "min" in text else n[0]
 
 
-def family_pss_kib(pid: int) -> int:
-    """Summed PSS of ``pid`` and its descendants."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:  # ended between the listing and the read
-            pass
-    return total
-
-
 def parse(lines: list[tuple[float, str]], samples: list[tuple[float, float]]) -> dict:
     """The phases of a stamped log, each with the peak of the memory samples (GiB) taken while it ran."""
     phases, docs = [], None
@@ -75,15 +62,15 @@ def parse(lines: list[tuple[float, str]], samples: list[tuple[float, float]]) ->
         if docs is None and (m := DOCS.search(line)):
             docs = int(m[1])
         if m := TRAINING.search(line):
-            s = float(m["s"])
-            inside = [r for at, r in samples if t - s - 1 <= at <= t]
-            phases.append({"name": "training", "seconds": s, "end_s": t, "process_peak_rss_gib": None,
-                           "peak_pss_gib": round(max(inside, default=0.0), 2)})
-        if m := PHASE.search(line):
-            s = seconds_of(m["time"])
-            inside = [r for at, r in samples if t - s - 1 <= at <= t]
-            phases.append({"name": m["name"], "seconds": s, "end_s": t, "process_peak_rss_gib": float(m["rss"]),
-                           "peak_pss_gib": round(max(inside, default=0.0), 2)})
+            found = ("training", float(m["s"]), None)
+        elif m := PHASE.search(line):
+            found = (m["name"], seconds_of(m["time"]), float(m["rss"]))
+        else:
+            continue
+        name, s, rss = found
+        inside = [r for at, r in samples if t - s - 1 <= at <= t]
+        phases.append({"name": name, "seconds": s, "end_s": t, "process_peak_rss_gib": rss,
+                       "peak_pss_gib": round(max(inside, default=0.0), 2)})
     return {"num_docs": docs, "phases": phases}
 
 
@@ -96,7 +83,7 @@ def run(args) -> None:
 
     def sample() -> None:
         while proc.poll() is None:
-            samples.append((time.time() - start, family_pss_kib(proc.pid) / 2 ** 20))
+            samples.append((time.time() - start, pss_rss_kib(family(proc.pid))[0] / 2 ** 20))
             time.sleep(1.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
