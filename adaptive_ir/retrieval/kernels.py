@@ -356,6 +356,12 @@ def feedback_cooc(doc_indptr, doc_terms, fb_idx, fb_weight, query_terms, cands, 
             out[q, m, 4] = score_w / max(total_score, 1e-12)
 
 
+_BISECTION_READS = 24
+"""Postings a lookup by bisection is worth (about log2 of a long list's length, each read a cache miss): a trial
+looks documents up in a term's postings (``_trial_near``) when that many reads per document are fewer than the
+term's postings, else reads them all (``_trial``)."""
+
+
 @njit(nogil=True, cache=True)
 def term_max(indptr, data):
     """Each term's largest impact (0 for a term with no postings): ``effect_preview``'s bound."""
@@ -458,8 +464,8 @@ def _entering(acc, new, kth, best, out):
         if new[i] < 0:
             break
         d = _LOW - (new[i] & _LOW)
-        # the lane holds the query's own scores again: a document was in its top k iff it scored and its key
-        # reaches the old k-th (a ranking of fewer than k holds every document that scored)
+        # the lane holds the query's own scores: a document was in its top k iff it scored and its key reaches
+        # the old k-th (a ranking of fewer than k holds every document that scored)
         if acc[d] > 0 and _key(bits[d], d) >= kth:
             continue
         entered += 1
@@ -525,12 +531,12 @@ def effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first
             for lv in range(levels.shape[2]):
                 w = levels[q, m, lv]
                 b = w * maxes[t]
-                # how many of the gathered documents this term's bound can lift to the k-th
-                lift = 0
+                near, lift = False, 0  # lift: how many of the gathered documents this bound can lift to the k-th
                 if kth >= 0 and b < theta:
                     while lift < n_near and acc[near_docs[lift]] + b >= theta:
                         lift += 1
-                if kth >= 0 and b < theta and (lift + k) * 24 < postings:
+                    near = (lift + k) * _BISECTION_READS < postings
+                if near:
                     _trial_near(acc, indptr, indices, data, t, w, first[q], new, pool, near_docs, lift, one)
                 else:
                     _trial(acc, indptr, indices, data, t, w, -1, first[q], new, pool, tops, one)
