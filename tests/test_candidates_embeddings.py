@@ -225,6 +225,9 @@ def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch
     monkeypatch.setattr(miner, "mine", counting)
     first = mine_cached(miner, terms, tmp_path, "train")
     assert calls == [10]
+    # read back as maps of the entry's files (which the damage below rewrites in place): keep a copy to compare
+    assert not first.terms.flags.writeable and not first.features.flags.writeable
+    first_terms = first.terms.copy()
 
     def fail(q, vectors=None):
         raise AssertionError("mined again although the cache holds these queries")
@@ -238,14 +241,14 @@ def test_candidate_cache_reused_and_damage_detected(world, tmp_path, monkeypatch
     mine_cached(miner, terms[:5], tmp_path, "train")
     assert calls == [10, 5]
 
-    (entry,) = [p for p in tmp_path.iterdir() if (p / "arrays.npz").is_file()
-                and np.array_equal(np.load(p / "arrays.npz")["terms"], first.terms)]
-    data = bytearray((entry / "arrays.npz").read_bytes())
-    data[-100] ^= 0xFF
-    (entry / "arrays.npz").write_bytes(bytes(data))
+    (entry,) = [p for p in tmp_path.iterdir() if (p / "terms.npy").is_file()
+                and np.array_equal(np.load(p / "terms.npy"), first_terms)]
+    data = bytearray((entry / "terms.npy").read_bytes())
+    data[-1] ^= 0xFF
+    (entry / "terms.npy").write_bytes(bytes(data))
     rebuilt = mine_cached(miner, terms, tmp_path, "train")
     assert calls == [10, 5, 10]
-    assert np.array_equal(rebuilt.terms, first.terms)
+    assert np.array_equal(rebuilt.terms, first_terms)
     monkeypatch.setattr(miner, "mine", fail)
     mine_cached(miner, terms, tmp_path, "train")  # the rebuilt entry is whole again
 
@@ -284,9 +287,9 @@ def test_lsa_fit_is_cached_by_corpus_content_dimension_and_seed(tiny_corpus, tmp
         LSAEmbedder(corpus, analyzer, **{"dim": 4, "seed": 3, "cache_dir": tmp_path, "corpus_key": "sha-a", **other})
     assert len(fits) == 4
     entry = next(p for p in tmp_path.glob("lsa-*") if json.loads((p / "meta.json").read_text())["seed"] == 4)
-    data = bytearray((entry / "arrays.npz").read_bytes())
+    data = bytearray((entry / "term_vectors.npy").read_bytes())
     data[-1] ^= 1
-    (entry / "arrays.npz").write_bytes(bytes(data))
+    (entry / "term_vectors.npy").write_bytes(bytes(data))
     caplog.set_level("WARNING")
     LSAEmbedder(corpus, analyzer, dim=4, seed=4, cache_dir=tmp_path, corpus_key="sha-a")
     assert len(fits) == 5 and "LSA fit: cache" in caplog.text and "computing it again" in caplog.text
@@ -390,7 +393,8 @@ def test_the_rm3_start_is_computed_once_then_loaded_exactly(tmp_path, monkeypatc
 
     assert fresh().start_queries(texts, terms) == first and calls == []
     (entry,) = cfg.cache_path_dir.glob("start-rm3-*")
-    (entry / "arrays.npz").write_bytes(b"damaged")
+    for array in entry.glob("*.npy"):
+        array.write_bytes(b"damaged")
     assert fresh().start_queries(texts, terms) == first and calls == [len(texts)]
     assert fresh().start_queries(texts[:3], terms[:3]) == (first[0][:3], first[1][:3]) and calls[-1] == 3
     fresh().start_queries(["fox"], ws.retriever.encode(["fox"]), store=False)

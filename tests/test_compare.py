@@ -316,7 +316,7 @@ def test_an_agent_over_anserinis_index_gets_the_default_first_stage_as_the_field
     with ws.on_stage("anserini") as same:
         assert same is ws
     with ws.on_stage("default") as field:
-        assert first_stage(field.cfg) == "default" and field.collection is ws.collection
+        assert first_stage(field.cfg) == "default" and field.collection.corpus is ws.collection.corpus
         assert not hasattr(field, "embedder")
         default_bm25 = bm25_run(field.retriever, qids, texts, cfg.retrieval.top_k)
         default_rm3 = rm3_run(field.retriever, qids, texts, cfg.retrieval.top_k)

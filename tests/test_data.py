@@ -102,6 +102,15 @@ def test_collection_doc_text_splits_and_split(beir):
     assert "99" not in {q for s in c.splits for q in c.queries[s]}  # unjudged queries are left out
 
 
+def test_keep_queries_forgets_the_others_of_that_split_only(beir):
+    c = load_beir(beir)
+    dev = c.split("dev")
+    c.excluded = {"test": {"11": "d2", "12": "d1"}}
+    c.keep_queries("test", ["12", "404"])
+    assert c.split("test") == (["12"], ["query number 12"], {"12": {"d1": 1}})
+    assert c.excluded == {"test": {"12": "d1"}} and c.split("dev") == dev
+
+
 def test_split_missing_names_split_and_available(beir):
     with pytest.raises(DataError, match=r"no 'valid' split \(available: train, dev, test\)"):
         load_beir(beir).split("valid")

@@ -282,9 +282,12 @@ def small_workspace(tmp_path_factory):
 
 
 def _flip_last_byte(path: Path) -> None:
+    """A damaged copy in the file's place (the arrays read from it before are maps of the old file, which stays
+    as it was: what a disk error under a new write would leave)."""
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x01  # inside the array data, so numpy would still load it
-    path.write_bytes(bytes(data))
+    path.with_suffix(".tmp").write_bytes(bytes(data))
+    path.with_suffix(".tmp").replace(path)
 
 
 def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
@@ -293,10 +296,10 @@ def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
     terms = ws.retriever.encode(texts)
     first = ws.candidates("reliability", texts, terms)
     (entry,) = ws.cfg.cache_path_dir.glob("candidates-reliability-*")
-    _flip_last_byte(entry / "arrays.npz")
+    _flip_last_byte(entry / "features.npy")
     caplog.set_level("WARNING")
     again = ws.candidates("reliability", texts, terms)
-    assert "damaged or incomplete; computing it again" in caplog.text
+    assert "is damaged, incomplete or of an older format; computing it again" in caplog.text
     np.testing.assert_array_equal(again.terms, first.terms)
     np.testing.assert_array_equal(again.features, first.features)
     caplog.clear()
@@ -327,7 +330,7 @@ def test_damaged_embedding_cache_is_rebuilt_not_used(small_workspace, tmp_path, 
     assert emb.encoded == 20  # a whole table is reused
     (entry,) = cache.folder.glob("table-*")
     if damage == "vectors":
-        _flip_last_byte(entry / "arrays.npz")
+        _flip_last_byte(entry / "vectors.npy")
     elif damage == "meta":  # the entry claims other texts
         meta = json.loads((entry / "meta.json").read_text())
         meta["texts"] = meta["texts"][::-1]

@@ -172,6 +172,9 @@ def test_ppo_learns_on_the_default_collection(tmp_path):
     cfg = tiny_config(tmp_path, **{"training.num_epochs": 6, "data.max_train_queries": 128,
                                    "training.eval_every": 1000, "training.learning_rate": 3e-3})
     trainer = Trainer(cfg, progress=False, collection=default_collection())
+    # the train queries it does not train on leave its workspace's collection, not the caller's
+    assert list(trainer.ws.collection.queries["train"]) == trainer.train_qs.qids and len(trainer.train_qs) == 128
+    assert len(default_collection().queries["train"]) == 250
     trainer.train()
     returns = [r["charts/episodic_return"] for r in rows(cfg) if "charts/episodic_return" in r]
     assert len(returns) >= 8

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -164,41 +163,47 @@ def _can_lock() -> bool:
 
 
 def save_arrays(folder: str | Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
-    """A cache entry: ``arrays.npz`` (no pickles) + ``meta.json`` holding its sha256; both atomic.
+    """A cache entry: one ``<name>.npy`` per array (no pickles) + ``meta.json`` holding their sha256s; each atomic.
 
     ``meta.json`` is written last, so an entry without it (a crash mid-write) is simply absent. Caches are shared
-    by concurrent runs: writers of one entry take turns (an exclusive lock), so its two files always pair up.
+    by concurrent runs: writers of one entry take turns (an exclusive lock), and readers wait for a writer's last
+    file (a shared lock), so the files a reader takes always pair up.
     """
     folder = Path(folder)
-    buf = io.BytesIO()
-    # Any: a dict of arrays unpacked as **kwds would also be matched against savez's allow_pickle: bool
-    contiguous: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-    np.savez(buf, **contiguous)
-    data = buf.getvalue()
     with file_lock(folder / ".lock"):
-        atomic_write_bytes(folder / "arrays.npz", data)
-        atomic_write_json(folder / "meta.json", {**meta, "sha256": sha256(data)})
+        (folder / "meta.json").unlink(missing_ok=True)  # the entry is absent until its new files all pair up
+        digests = {}
+        for name, array in arrays.items():
+            atomic_write(folder / f"{name}.npy", functools.partial(np.save, arr=array, allow_pickle=False))
+            digests[name] = file_sha256(folder / f"{name}.npy")
+        for stale in set(folder.glob("*.np[yz]")) - {folder / f"{name}.npy" for name in arrays}:
+            stale.unlink()  # an earlier entry's arrays (or the older one-file format's arrays.npz)
+        atomic_write_json(folder / "meta.json", {**meta, "sha256": digests})
 
 
 def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
-    """The arrays of a cache entry whose meta matches ``meta`` and whose checksum is intact, else None.
+    """The arrays of a cache entry whose meta matches ``meta`` and whose checksums are intact, else None.
 
-    A damaged entry (checksum mismatch, unreadable file) is reported by the caller's rebuild, never used.
+    Each array is a read-only map of its file: the processes that read one entry (the DDP ranks of a machine)
+    share its pages rather than each holding a copy, and the kernel can drop them under memory pressure. A
+    damaged entry (checksum mismatch, unreadable file) is reported by the caller's rebuild, never used.
     """
     folder = Path(folder)
     if not folder.is_dir():
         return None
     try:
-        with file_lock(folder / ".lock", shared=True):  # not between a writer's two files
+        with file_lock(folder / ".lock", shared=True):  # not between a writer's files
             stored = json.loads((folder / "meta.json").read_text())
-            data = (folder / "arrays.npz").read_bytes()
+            digests = stored.pop("sha256", None)
+            if stored != json.loads(json.dumps(meta)) or not isinstance(digests, dict):
+                return None  # another key, or the older one-file format
+            if any(file_sha256(folder / f"{name}.npy") != digest for name, digest in digests.items()):
+                return None
+            # a map holds the file it opened: a later writer's rename leaves these checked bytes in place
+            return {name: np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False))
+                    for name in digests}
     except (OSError, ValueError):
         return None
-    digest = stored.pop("sha256", None)
-    if stored != json.loads(json.dumps(meta)) or digest != sha256(data):
-        return None
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[], dict[str, np.ndarray]],
@@ -213,11 +218,13 @@ def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[],
     if arrays is not None:
         log.info("%s: loaded from cache %s", what, folder)
         return arrays, True
-    if folder is not None and any((Path(folder) / name).exists() for name in ("meta.json", "arrays.npz")):
-        log.warning("%s: cache %s is damaged or incomplete; computing it again", what, folder)
+    if folder is not None and (Path(folder) / "meta.json").exists():
+        log.warning("%s: cache %s is damaged, incomplete or of an older format; computing it again", what, folder)
     arrays = compute()
     if folder is not None:
         save_arrays(folder, arrays, meta)
+        # the saved files' maps in place of the computed arrays: what every later reader shares
+        arrays = load_arrays(folder, meta) or arrays
     return arrays, False
 
 

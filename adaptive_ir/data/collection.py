@@ -63,6 +63,16 @@ class Collection:
         """Every document's text in one list: for small collections (tests, benchmarks), not for real corpora."""
         return [t for chunk in self.iter_doc_texts() for t in chunk]
 
+    def keep_queries(self, split: str, qids: Iterable[str]) -> None:
+        """Forget the queries of ``split`` that are not in ``qids`` (their texts, qrels and excluded documents)."""
+        keep = set(qids)
+        if split in self.queries:
+            self.queries[split] = {q: v for q, v in self.queries[split].items() if q in keep}
+        if split in self.qrels:
+            self.qrels[split] = {q: v for q, v in self.qrels[split].items() if q in keep}
+        if split in self.excluded:
+            self.excluded[split] = {q: v for q, v in self.excluded[split].items() if q in keep}
+
     @property
     def splits(self) -> list[str]:
         """Split names: train, dev, test first (those present), then any others alphabetically."""

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -155,7 +155,11 @@ class Workspace:
         """Wall time of each precompute phase (and of training, which the trainer adds), peak memory."""
         cm, rc = cfg.candidate_mining, cfg.retrieval
         with self.phases("load collection"):
-            self.collection = collection or load_collection(cfg.data, cfg.split_seed, splits)
+            # a collection handed in stays the caller's: splits this workspace reads later, and the train
+            # queries a trainer drops, change its own tables of splits, not the caller's
+            self.collection = (load_collection(cfg.data, cfg.split_seed, splits) if collection is None else
+                               replace(collection, queries=dict(collection.queries), qrels=dict(collection.qrels),
+                                       excluded=dict(collection.excluded)))
         if lanes:
             require_lanes_fit(lanes, self.collection.num_docs, device, "training.collect_batch_size")
         with self.phases("index"):

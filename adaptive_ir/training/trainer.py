@@ -26,7 +26,7 @@ from adaptive_ir.artifacts.checkpoint import (
 )
 from adaptive_ir.artifacts.spec import data_identity, policy_spec
 from adaptive_ir.common.amp import AmpContext, Autocast
-from adaptive_ir.common.distributed import dist_info
+from adaptive_ir.common.distributed import dist_info, ranks_on_this_machine
 from adaptive_ir.common.hostsync import allowed_sync
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json
 from adaptive_ir.common.memory import trim_heap
@@ -93,16 +93,21 @@ episodes that switched to the other start (``retrieval.start: choose``), its epi
 and this rank's and the largest rank's transitions."""
 
 
-def episodes_per_round(cfg: Config, device: torch.device, num_docs: int, available: int | None = None) -> int:
+def episodes_per_round(cfg: Config, device: torch.device, num_docs: int, available: int | None = None,
+                       ranks_here: int = 1) -> int:
     """B of each collect round: episodes_per_update on an accelerator (training.accelerator_one_round) where the
     score lanes of that many episodes fit ``available`` bytes (default: the device's free memory), else
     collect_batch_size. Runs that also train on other collections keep collect_batch_size: their lanes are sized
-    by collections not loaded yet."""
+    by collections not loaded yet. On the CPU the ``ranks_here`` DDP ranks of one machine share its memory, so they
+    share collect_batch_size's lanes: rounds of collect_batch_size / ranks_here each, and more of them (every rank
+    still collects episodes_per_update); on accelerators each rank has its own device's memory."""
     tc = cfg.training
     if (tc.accelerator_one_round and device.type != "cpu" and not cfg.data.also_train_on
             and tc.episodes_per_update > tc.collect_batch_size
             and lanes_fit(tc.episodes_per_update, num_docs, device, available)):
         return tc.episodes_per_update
+    if device.type == "cpu":
+        return max(1, tc.collect_batch_size // ranks_here)
     return tc.collect_batch_size
 
 
@@ -129,6 +134,9 @@ class Trainer:
         self.ws = Workspace(cfg, self.device, collection=collection, progress=self.progress,
                             splits=("train", "dev"), lanes=tc.collect_batch_size)
         self.train_qs, self.train_tables = self.ws.split("train", cfg.data.max_train_queries, judged_only=True)
+        # the train queries it does not train on leave the collection, which reads them no more: a large train
+        # split is hundreds of MiB of Python strings and dicts in every DDP rank (WikiCAR's 273k queries: 285 MiB)
+        self.ws.collection.keep_queries("train", self.train_qs.qids)
         has_dev = "dev" in self.ws.collection.splits and self.is_main  # dev evaluation is rank 0's alone
         # evaluated during training: the whole dev split, or its fixed sample (training.dev_subsample)
         self.dev_qs: QuerySet | None
@@ -148,10 +156,14 @@ class Trainer:
         self.amp = AmpContext.of(self.device, tc)
         self._parallelize()
         self.optimizer = make_optimizer(self.agent.parameters(), tc.learning_rate)
-        self.episodes_per_round = episodes_per_round(cfg, self.device, self.ws.collection.num_docs)
-        if self.episodes_per_round != tc.collect_batch_size:
+        self.episodes_per_round = episodes_per_round(cfg, self.device, self.ws.collection.num_docs,
+                                                     ranks_here=ranks_on_this_machine())
+        if self.episodes_per_round > tc.collect_batch_size:
             log.info("collecting each update's %d episodes in one round on %s (training.accelerator_one_round)",
                      self.episodes_per_round, self.device.type)
+        elif self.episodes_per_round < tc.collect_batch_size:
+            log.info("rounds of %d episodes: the %d ranks on this machine share training.collect_batch_size's "
+                     "score lanes", self.episodes_per_round, ranks_on_this_machine())
         self.rounds = max(1, math.ceil(tc.episodes_per_update / self.episodes_per_round))
         seed = cfg.system.seed + RANK_SEED_STRIDE * self.rank
         self.sources = Sources(cfg, self.device, self.rank, self.world, self.rounds * self.episodes_per_round,
