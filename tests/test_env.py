@@ -415,8 +415,57 @@ def test_trial_is_the_step_it_tries_and_leaves_the_episode_as_it_was(world, comp
         lanes, topk, metric = env.lanes.clone(), env.topk.clone(), env.metric.clone()
         tried = env.trial(acts)
         assert torch.equal(env.lanes, lanes) and torch.equal(env.topk, topk) and torch.equal(env.metric, metric)
+        every = torch.stack([env.trial(torch.full_like(qidx, j)) for j in range(env.switch)], 1)
+        torch.testing.assert_close(env.trial_all(), every, atol=0, rtol=0)  # the CPU's one call for the oracle
         reward, _ = env.step(acts)
         torch.testing.assert_close(tried, metric + reward, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_cpu_trials_of_every_candidate_equal_reading_every_posting(ties):
+    """``kernels.lanes_trial_all`` (a candidate whose bound is below an episode's k-th score looked up in its best
+    documents only) gives the top k of the env's own trial reading every posting (``lanes_add`` undone), on random
+    indexes (equal impacts, so equal scores, when ``ties``), episodes of several weighted terms with an excluded
+    document, and candidates (weight 0: an episode that does not expand). An infinite bound forces the full
+    reading; the shortcut must be taken often, or this could not fail."""
+    from adaptive_ir.retrieval import kernels
+
+    rng = np.random.default_rng(7 + ties)
+    shortcuts = 0
+    for _ in range(40):
+        num_docs, vocab = int(rng.integers(50, 3000)), int(rng.integers(2, 40))
+        lists = [np.sort(rng.choice(num_docs, int(rng.integers(0, num_docs)), replace=False)) for _ in range(vocab)]
+        indptr = np.concatenate([[0], np.cumsum([len(x) for x in lists]), [sum(map(len, lists))]]).astype(np.int64)
+        indices = np.concatenate(lists).astype(np.int32)
+        data = (rng.integers(1, 4, len(indices)) if ties else rng.random(len(indices)) + 0.01).astype(np.float32)
+        maxes = kernels.term_max(indptr, data)
+        b, width, m, k = 8, int(rng.integers(1, 6)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        terms = rng.integers(0, vocab + 1, (b, width)).astype(np.int64)  # vocab: the padding term
+        weights = (rng.integers(1, 5, (b, width)) * 0.25).astype(np.float32)
+        lanes = np.zeros((b, num_docs), np.float32)
+        kernels.lanes_fill(indptr, indices, data, lanes, np.arange(b), terms, weights)
+        exclude = rng.integers(-1, num_docs, b)
+        topk = np.full((b, k), -1, np.int64)
+        for i in range(b):
+            docs = np.flatnonzero((lanes[i] > 0) & (np.arange(num_docs) != exclude[i]))
+            keys = np.sort(ranking_keys(torch.from_numpy(lanes[i, docs]), torch.from_numpy(docs)).numpy())[::-1][:k]
+            topk[i, :len(keys)] = keys
+        cands = rng.integers(0, vocab + 1, (b, m)).astype(np.int64)
+        cand_w = (rng.integers(0, 4, (b, m)) * 0.5).astype(np.float32)
+        fast, full = np.empty((m, b, k), np.int64), np.empty((m, b, k), np.int64)
+        kernels.lanes_trial_all(indptr, indices, data, maxes, lanes, terms, cands, cand_w, exclude, topk, fast)
+        kernels.lanes_trial_all(indptr, indices, data, np.full_like(maxes, np.inf), lanes, terms, cands, cand_w,
+                                exclude, topk, full)
+        np.testing.assert_array_equal(fast, full)
+        for j in range(m):
+            tried = topk.copy()
+            kernels.lanes_add(indptr, indices, data, lanes, np.arange(b), cands[:, j], cand_w[:, j], exclude, tried,
+                              True)
+            np.testing.assert_array_equal(fast[j], tried)
+        theta = np.where(topk[:, -1] >= 0, lanes[np.arange(b), (2**32 - 1) - (topk[:, -1] & (2**32 - 1))], np.inf)
+        postings = indptr[cands + 1] - indptr[cands]
+        shortcuts += int(((cand_w > 0) & (cand_w * maxes[cands] < theta[:, None]) & (k * 24 < postings)).sum())
+    assert shortcuts > 100
 
 
 def test_ragged_qrels_hold_every_judged_document_once(world):
@@ -709,3 +758,13 @@ def test_an_accelerator_collects_an_update_in_one_round_where_its_lanes_fit():
                               plenty) == 32
     # lanes of collections not loaded yet cannot be checked
     assert episodes_per_round(load_config("scifact", {"data.also_train_on": ["elsewhere"]}), cuda, 5_183, plenty) == 32
+
+
+def test_ddp_ranks_on_one_cpu_share_its_lanes_and_ranks_on_gpus_do_not():
+    from adaptive_ir.config import load_config
+    from adaptive_ir.training.trainer import episodes_per_round
+
+    cfg = load_config("scifact", {"training.accelerator_one_round": False})  # collect_batch_size 32
+    cpu, cuda, plenty = torch.device("cpu"), torch.device("cuda"), 2**40
+    assert [episodes_per_round(cfg, cpu, 5_183, plenty, ranks_here=n) for n in (1, 2, 3, 64)] == [32, 16, 10, 1]
+    assert episodes_per_round(cfg, cuda, 5_183, plenty, ranks_here=2) == 32  # one GPU each: their own memory

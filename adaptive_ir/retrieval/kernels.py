@@ -382,10 +382,10 @@ def _impact_of(indices, data, lo, hi, d):
 
 
 @njit(inline="always")
-def _trial_near(lane, indptr, indices, data, t, w, old, out, pool, near, n_near, one):
+def _trial_near(lane, indptr, indices, data, t, w, exclude, old, out, pool, near, n_near, one):
     """``_trial`` for a term whose postings cannot lift a document the query left below ``near``'s end into the
     top k: only the old top k and the ``near`` documents (the query's best-scored ones, best first) are looked up
-    in the term's postings (by bisection), not every posting read. ``effect_preview`` decides when that holds."""
+    in the term's postings (by bisection), not every posting read. ``_near_reading`` decides when that holds."""
     k = old.shape[0]
     kth = old[k - 1]
     bits = lane.view(np.int32)
@@ -407,12 +407,26 @@ def _trial_near(lane, indptr, indices, data, t, w, old, out, pool, near, n_near,
         x = _impact_of(indices, data, lo, hi, d)
         if x >= 0:
             one[0] = lane[d] + w * x
-            if one[0] > 0:
+            if one[0] > 0 and d != exclude:
                 key = _key(one_bits[0], d)
                 if key > kth:  # an old top document is in the pool already, with this same key
                     pool[n] = key
                     n += 1
     _best_distinct(pool[:n], k, out)
+
+
+@njit(inline="always")
+def _near_reading(lane, b, kth, theta, near_docs, n_near, k, postings):
+    """How many of the ``near`` documents (best first) a term of bound ``b`` (weight × its largest impact) can lift
+    to the k-th score ``theta``, when looking those and the old top ``k`` up in its ``postings`` is the cheaper
+    exact reading (``_trial_near``); -1 when every posting must be read (``_trial``): the bound reaches the k-th
+    score by itself, so a document the ranking never scored could enter, or the lookups would cost more."""
+    if kth < 0 or not b < theta:
+        return -1
+    lift = 0
+    while lift < n_near and lane[near_docs[lift]] + b >= theta:
+        lift += 1
+    return lift if (lift + k) * _BISECTION_READS < postings else -1
 
 
 @njit(inline="always")
@@ -530,15 +544,56 @@ def effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first
             postings = indptr[t + 1] - indptr[t]
             for lv in range(levels.shape[2]):
                 w = levels[q, m, lv]
-                b = w * maxes[t]
-                near, lift = False, 0  # lift: how many of the gathered documents this bound can lift to the k-th
-                if kth >= 0 and b < theta:
-                    while lift < n_near and acc[near_docs[lift]] + b >= theta:
-                        lift += 1
-                    near = (lift + k) * _BISECTION_READS < postings
-                if near:
-                    _trial_near(acc, indptr, indices, data, t, w, first[q], new, pool, near_docs, lift, one)
+                lift = _near_reading(acc, w * maxes[t], kth, theta, near_docs, n_near, k, postings)
+                if lift >= 0:
+                    _trial_near(acc, indptr, indices, data, t, w, -1, first[q], new, pool, near_docs, lift, one)
                 else:
                     _trial(acc, indptr, indices, data, t, w, -1, first[q], new, pool, tops, one)
                 _entering(acc, new, kth, best, out[q, m, 3 * lv:3 * lv + 3])
         lanes_clear(indptr, indices, lanes, row, terms[q:q + 1])
+
+
+@njit(nogil=True, cache=True)
+def lanes_trial_all(indptr, indices, data, maxes, lanes, terms, cand_terms, cand_weights, exclude, topk, out):
+    """``out[j, i]`` = the top-k keys episode i would have after adding ``cand_terms[i, j]`` × ``cand_weights[i, j]``
+    (``_trial`` of every action, lane i left as it is): the oracle's trials in one call. ``terms[i]``: the terms
+    whose scores lane i holds (padding: a term with no postings); ``topk[i]`` its top-k keys (sorted, -1 padded);
+    ``maxes``: each term's largest impact (``term_max``). As in ``effect_preview``, a candidate whose bound is below
+    the k-th score is looked up in the episode's near documents only, not read posting by posting."""
+    k = topk.shape[1]
+    width, touched = 0, 0
+    for i in range(cand_terms.shape[0]):
+        for j in range(cand_terms.shape[1]):
+            t = cand_terms[i, j]
+            width = max(width, indptr[t + 1] - indptr[t])
+        n = 0
+        for j in range(terms.shape[1]):
+            n += indptr[terms[i, j] + 1] - indptr[terms[i, j]]
+        touched = max(touched, n)
+    pool = np.empty(max(width, touched) + k, np.int64)
+    tops = np.empty(k, np.int64)
+    one = np.empty(1, np.float32)
+    near_docs = np.empty(touched, np.int64)
+    near_keys = np.empty(touched, np.int64)
+    for i in range(cand_terms.shape[0]):
+        lane = lanes[i]
+        kth = topk[i, k - 1]
+        theta = lane[_LOW - (kth & _LOW)] if kth >= 0 else np.float32(0.0)
+        n_near = 0
+        if kth >= 0:
+            reach = np.float32(0.0)  # the largest bound below the k-th score: who could be lifted at all
+            for j in range(cand_terms.shape[1]):
+                b = cand_weights[i, j] * maxes[cand_terms[i, j]]
+                if b < theta and b > reach:
+                    reach = b
+            n_near = _gather_near(indptr, indices, lane, terms[i], reach, theta, near_keys, near_docs)
+        for j in range(cand_terms.shape[1]):
+            t, w = cand_terms[i, j], cand_weights[i, j]
+            lift = -1
+            if w > 0:  # a bound holds for added scores only
+                lift = _near_reading(lane, w * maxes[t], kth, theta, near_docs, n_near, k, indptr[t + 1] - indptr[t])
+            if lift >= 0:
+                _trial_near(lane, indptr, indices, data, t, w, exclude[i], topk[i], out[j, i], pool, near_docs, lift,
+                            one)
+            else:
+                _trial(lane, indptr, indices, data, t, w, exclude[i], topk[i], out[j, i], pool, tops, one)

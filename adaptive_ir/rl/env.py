@@ -290,6 +290,8 @@ class ReformulationEnv:
         """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
         self.terms: torch.Tensor | None = None
         """(B, L0 + max_steps) term ids of the current episodes; None before the first batch on these lanes."""
+        self._term_max: np.ndarray | None = None
+        """Each term's largest impact (``kernels.term_max``), the bound of the CPU's trials; made by the first."""
 
     # ------------------------------------------------------------------ episode state
     def reset(self, qidx: torch.Tensor) -> None:
@@ -540,8 +542,26 @@ class ReformulationEnv:
 
     def trial_all(self) -> torch.Tensor:
         """(B, M·L) the reward metric after each term action (``trial`` of every one; empty slots and episodes
-        that ended keep their current metric)."""
-        return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.switch)], 1)
+        that ended keep their current metric). On the CPU, one kernel call (``kernels.lanes_trial_all``): a
+        candidate whose postings cannot lift a document from below an episode's k-th score is looked up in that
+        episode's best documents only, which at millions of documents is most candidates and most of the oracle's
+        time; the same top k as reading every posting."""
+        if not self.compact:
+            return torch.stack([self.trial(torch.full_like(self.qidx, j)) for j in range(self.switch)], 1)
+        assert self.judged is not None and self.lanes is not None and self.terms is not None  # a scored episode
+        actions = [self._decode(torch.full_like(self.qidx, j)) for j in range(self.switch)]
+        pad = self.index.pad_id
+        terms = torch.stack([torch.where(expand, term, pad) for expand, _, term, _ in actions], 1)
+        weights = torch.stack([torch.where(expand, weight, 0.0) for expand, _, _, weight in actions], 1)
+        keys = np.empty((self.switch, *self.topk.shape), np.int64)
+        idx = self.index
+        if self._term_max is None:
+            self._term_max = kernels.term_max(idx.indptr.numpy(), idx.data.numpy())
+        kernels.lanes_trial_all(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self._term_max,
+                                self.lanes.numpy(), self.terms.numpy(), terms.numpy(), weights.numpy(),
+                                self.exclude.numpy(), self.topk.numpy(), keys)
+        return torch.stack([self.judged.metric(self.qidx, torch.from_numpy(keys[j]), True)
+                            for j in range(self.switch)], 1)
 
     # ------------------------------------------------------------------ scoring
     def _added(self, term: torch.Tensor, weight: torch.Tensor, expand: torch.Tensor, topk: torch.Tensor,
