@@ -370,8 +370,13 @@ def test_index_saved_once_then_memory_mapped(tmp_path, monkeypatch, caplog):
         raise AssertionError("the index was built again although it is saved")
 
     monkeypatch.setattr(CorpusTerms, "build", no_build)
-    again = Retriever.cached(_collection(texts), tmp_path, K1, B, "okapi")
+    coll = _collection(texts)
+    again = Retriever.cached(coll, tmp_path, K1, B, "okapi")
     assert torch.equal(again.index.data, fresh.index.data)
+    # the corpus is read (hashed) once per corpus object: its next index finds its key without a read
+    assert coll.corpus.content_sha256 == fresh.corpus_sha256
+    monkeypatch.setattr(type(coll.corpus), "iter_doc_texts", lambda *a: no_build())
+    assert Retriever.cached(coll, tmp_path, K1, B, "okapi").corpus_sha256 == fresh.corpus_sha256
     monkeypatch.undo()
     # another corpus content, or other BM25 parameters: another index
     Retriever.cached(_collection(texts[:-1] + ["changed"]), tmp_path, K1, B, "okapi")

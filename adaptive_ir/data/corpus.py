@@ -47,6 +47,9 @@ class Corpus:
     ids and texts in the same order, whatever their storage (comparing reads both: O(corpus))."""
 
     doc_ids: Sequence[str]
+    content_sha256: str | None = None
+    """The sha256 of its texts once an index cache has read them all (``Retriever.cached``): a corpus does not
+    change, so its next index (the other first stage's) finds its key without reading it again."""
 
     @property
     def num_docs(self) -> int:

@@ -86,14 +86,17 @@ class Retriever:
                idf: str = "lucene", device: str | torch.device = "cpu", progress: bool = False,
                analyzer: Analyzer | None = None, scoring: str = "bm25s", workers: int = 1) -> Retriever:
         """The collection's index from ``<cache_dir>/index-<key>/``, memory-mapped; built and saved there first
-        when absent (or damaged). A cache hit costs a read of the corpus (to hash it) and of the index files (to
-        check their checksums): no tokenising, no scoring."""
+        when absent (or damaged). A cache hit costs a read of the corpus (to hash it; once per corpus object) and of
+        the index files (to check their checksums): no tokenising, no scoring."""
         analyzer = analyzer or Analyzer()
-        digest = hashlib.sha256()
-        with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:
-            for chunk in _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest):
-                bar.update(len(chunk))
-        folder = index_folder(cache_dir, digest.hexdigest(), k1, b, idf, analyzer, scoring)
+        corpus = collection.corpus
+        if corpus.content_sha256 is None:
+            digest = hashlib.sha256()
+            with Progress(collection.num_docs, "index: hash corpus", "doc", progress) as bar:
+                for chunk in _hashing(collection.iter_doc_texts(CHUNK_DOCS), digest):
+                    bar.update(len(chunk))
+            corpus.content_sha256 = digest.hexdigest()
+        folder = index_folder(cache_dir, corpus.content_sha256, k1, b, idf, analyzer, scoring)
         retriever = cls._saved(folder, collection, device)
         if retriever is not None:
             return retriever
