@@ -314,7 +314,7 @@ def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k, sto
 
     from adaptive_ir.data import make_default
     from adaptive_ir.data.corpus import DocIdsBuilder
-    from adaptive_ir.evaluation.metrics import CompactRun, drop_excluded, evaluate_run, mean_recall
+    from adaptive_ir.evaluation.metrics import CompactRun, Judged, drop_excluded, evaluate_run, mean_recall
 
     coll = make_default()
     r = Retriever.build(coll)
@@ -322,6 +322,7 @@ def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k, sto
     qrels = {q: dict(v) for q, v in qrels.items()}
     qrels[qids[0]] = {d: 0 for d in qrels[qids[0]]}  # judged, nothing relevant: 0
     qrels[qids[1]][r.doc_ids[0]] = -1  # a negative grade is not relevant
+    qrels[qids[2]]["not-in-the-corpus"] = 1  # relevant, never retrieved: it still counts
     scores, idx = r.search(r.encode(texts[:-3]), k=50)  # the last queries have no ranking: 0
     scores[:, 7] = scores[:, 6]  # a tie
     doc_ids = r.doc_ids
@@ -338,6 +339,7 @@ def test_mean_recall_off_the_arrays_is_ir_measures_recall_to_the_last_bit(k, sto
     for ex in ({}, excluded):
         expected = evaluate_run(qrels, drop_excluded(run, ex), measure, qids)[f"R@{k}"]
         assert mean_recall(qrels, run, k, qids, ex) == expected
+        assert mean_recall(qrels, run, k, qids, ex, Judged.of(qrels, qids, doc_ids, ex)) == expected
         assert mean_recall(qrels, dict(run.items()), k, qids, ex) == expected  # the dict path
     assert 0 < expected < 1
 

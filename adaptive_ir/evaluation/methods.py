@@ -30,6 +30,7 @@ from adaptive_ir.evaluation.agent import agent_run
 from adaptive_ir.evaluation.metrics import (
     RM3_FB_DOCS,
     CompactRun,
+    Judged,
     Run,
     bm25_run,
     drop_excluded,
@@ -196,7 +197,11 @@ def best_method(runs: dict[str, Run], names: list[str], qrels: dict[str, dict[st
                 qids: list[str]) -> str:
     """The one of ``names`` whose run has the higher mean SELECTION_METRIC (the first, on a tie)."""
     k = int(SELECTION_METRIC.removeprefix("R@"))  # a recall: read off the runs' arrays (``mean_recall``)
-    score = {m: mean_recall(qrels, runs[m], k, qids, excluded) for m in names}
+    compact = [run for run in (runs[m] for m in names) if isinstance(run, CompactRun)]
+    doc_ids = compact[0].doc_ids if compact else None
+    judged = None if doc_ids is None else Judged.of(qrels, qids, doc_ids, excluded)  # once, for every run on them
+    score = {m: mean_recall(qrels, runs[m], k, qids, excluded,
+                            judged if getattr(runs[m], "doc_ids", None) is doc_ids else None) for m in names}
     return max(score, key=score.__getitem__)
 
 

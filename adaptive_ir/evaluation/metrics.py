@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import ir_measures
@@ -100,6 +101,7 @@ def per_query(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
         raise ValueError("per_query: qids holds a query id twice")
     judged = [q for q in qids if qrels.get(q)]
     out = {str(m): np.zeros(len(qids)) for m in measures}
+    names: dict = {}  # a measure's name, made once (ir-measures makes it anew for every value otherwise)
     # a query's values depend on its own ranking alone: rankings made (from a CompactRun's arrays) a slice of
     # queries at a time, so a large split's runs never exist as dicts all at once
     for lo in range(0, len(judged), EVAL_QUERIES):
@@ -107,7 +109,10 @@ def per_query(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
         ranked = {q: run[q] for q in part if run.get(q)}
         if ranked:
             for m in ir_measures.iter_calc(measures, {q: qrels[q] for q in part}, ranked):
-                out[str(m.measure)][pos[m.query_id]] = m.value
+                name = names.get(m.measure)
+                if name is None:
+                    name = names[m.measure] = str(m.measure)
+                out[name][pos[m.query_id]] = m.value
     return out
 
 
@@ -120,26 +125,55 @@ def evaluate_run(qrels: dict[str, dict[str, int]], run: Run, measures=MEASURES,
 
 
 def mean_recall(qrels: dict[str, dict[str, int]], run: Run, k: int, qids: list[str],
-                excluded: dict[str, str] | None = None) -> float:
+                excluded: dict[str, str] | None = None, judged: Judged | None = None) -> float:
     """``evaluate_run``'s mean R@k of ``run`` less each query's excluded document (``drop_excluded``), to the
     last bit: a query's value is the same double, relevant documents (judgment ≥ 1) among the first k over
     relevant documents, 0 where trec_eval gives 0, and the mean is numpy's over the same values. What choosing
-    among dozens of fixed rules needs, read straight off a ``CompactRun``'s arrays (ir-measures would build every
-    ranking as a dict and sort it again); any other run goes through ``evaluate_run``."""
+    among dozens of fixed rules needs, read straight off a ``CompactRun``'s arrays as corpus positions (ir-measures
+    would build every ranking as a dict of ids and sort it again); any other run goes through ``evaluate_run``.
+    ``judged``: ``Judged.of`` these qrels, qids and exclusions over the run's corpus, made once for many runs."""
     excluded = excluded or {}
     if not isinstance(run, CompactRun):
         return evaluate_run(qrels, drop_excluded(run, excluded), [ir_measures.parse_measure(f"R@{k}")],
                             qids)[f"R@{k}"]
+    judged = judged or Judged.of(qrels, qids, run.doc_ids, excluded)
     values = np.zeros(len(qids))
     for i, q in enumerate(qids):
-        relevant = {d for d, grade in qrels.get(q, {}).items() if grade >= 1}
         row = run._pos.get(q)
-        if not relevant or row is None:
+        if not judged.num_relevant[i] or row is None:
             continue
         ranked = run._idx[row][run._keep[row]][:k + 1]
-        names = [d for d in doc_ids_at(run.doc_ids, ranked) if d != excluded.get(q)][:k]
-        values[i] = sum(name in relevant for name in names) / len(relevant)
+        ranked = ranked[ranked != judged.excluded[i]][:k]
+        values[i] = np.isin(ranked, judged.relevant[i]).sum() / judged.num_relevant[i]
     return float(values.mean()) if values.size else 0.0
+
+
+@dataclass
+class Judged:
+    """The judgments of a query set as corpus positions (``mean_recall`` of many runs): per query, its relevant
+    documents found in the corpus, how many it has (a relevant id missing from the corpus still counts), and its
+    excluded document (-1: none)."""
+
+    relevant: list[np.ndarray]
+    num_relevant: list[int]
+    excluded: list[int]
+
+    @classmethod
+    def of(cls, qrels: dict[str, dict[str, int]], qids: list[str], doc_ids: Sequence[str],
+           excluded: dict[str, str] | None = None) -> Judged:
+        excluded = excluded or {}
+        rel = [[d for d, grade in qrels.get(q, {}).items() if grade >= 1] for q in qids]
+        flat = [d for ids in rel for d in ids] + [excluded.get(q, "") for q in qids]
+        find = getattr(doc_ids, "positions", None)
+        if find is None:  # a plain list of ids (small collections)
+            at = {d: i for i, d in enumerate(doc_ids)}
+            pos = np.array([at.get(d, -1) for d in flat], np.int64)
+        else:
+            pos = np.asarray(find(flat), np.int64)
+        ends = np.cumsum([len(ids) for ids in rel])
+        parts = np.split(pos[:len(flat) - len(qids)], ends[:-1]) if rel else []
+        return cls([part[part >= 0] for part in parts], [len(ids) for ids in rel],
+                   [int(x) if excluded.get(q) else -1 for q, x in zip(qids, pos[len(flat) - len(qids):])])
 
 
 def read_trec_run(path: str | Path) -> Run:
