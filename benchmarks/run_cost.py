@@ -14,7 +14,9 @@ process (``ru_maxrss``, what ``/usr/bin/time`` reports), and each phase the comm
 RSS ...)``, the engine's ``Phases``) with its seconds and the peak of the samples taken while it ran. A phase that runs more than once (mining per split) is one row per run. The
 collection's size is read off the index's log line. ``log`` makes the same JSON from a stamped log alone (a run
 stopped part way: its phases so far, no memory samples). ``fit`` groups the phases of runs at several sizes (load,
-index, embedding model, mining, training, test, ...), fits each group's seconds and the run's peaks against the
+index, embedding model, mining, training, test, ...; a phase run inside another counts once, in the outer one:
+training holds its dev evaluations and the dev selection; everything after training is the test phase, whatever
+its phases; "other" is the time between phases), fits each group's seconds and the run's peaks against the
 number of documents with a line, and draws them; JSONs of one size are one run in parts (one that went on from the
 caches another wrote, in the order given): a later part's first phases, as long as an earlier part ran them too,
 are its reads of what that part computed and are left out, with their seconds; the rest is joined, the wall times
@@ -123,17 +125,32 @@ def from_log(args) -> None:
 def joined(parts: list[dict]) -> dict:
     """One run from runs at the same size, in order (``fit``)."""
     peak = lambda key: max((p[key] for p in parts if p.get(key) is not None), default=None)  # noqa: E731
-    phases, done, wall = [], set(), 0.0
+    phases, done, wall, test = [], set(), 0.0, 0.0
     for part in parts:
         reads = 0  # the leading phases an earlier part ran: cache reads (a later "index" is a build of its own)
         while reads < len(part["phases"]) and part["phases"][reads]["name"] in done:
             reads += 1
-        phases += part["phases"][reads:]
+        # everything after training and dev selection is the test phase (the other first stage's index and
+        # mining, the baselines, the agent, the oracle): one group, its time the part's tail
+        ends = [ph["end_s"] for ph in part["phases"] if group_of(ph["name"]) in ("training", "dev")]
+        cut = max(ends, default=None)
+        kept = [ph for ph in part["phases"][reads:] if cut is None or ph["end_s"] <= cut]
+        # a phase run inside another (the dev split mined within dev selection) is counted once, in the outer one
+        phases += [ph for ph in kept if not any(_inside(ph, outer) for outer in kept if outer is not ph)]
+        if cut is not None:
+            test += part["wall_s"] - cut
         wall += part["wall_s"] - sum(ph["seconds"] for ph in part["phases"][:reads])
         done |= {ph["name"] for ph in part["phases"]}
     return {"num_docs": parts[0]["num_docs"], "wall_s": round(wall, 1), "max_rss_gib": peak("max_rss_gib"),
-            "peak_pss_gib": peak("peak_pss_gib"), "phases": phases,
+            "peak_pss_gib": peak("peak_pss_gib"), "phases": phases, "test_s": round(test, 1),
             "source": " + ".join(p["source"] for p in parts)}
+
+
+def _inside(ph: dict, outer: dict) -> bool:
+    """Whether phase ``ph`` ran within ``outer`` (both from one log: ``end_s`` since its start)."""
+    slack = 0.5  # the stamps are the log lines' seconds
+    return (outer["seconds"] > ph["seconds"] and outer["end_s"] + slack >= ph["end_s"]
+            and outer["end_s"] - outer["seconds"] - slack <= ph["end_s"] - ph["seconds"])
 
 
 def group_of(name: str) -> str:
@@ -154,6 +171,8 @@ def fit(args) -> None:
         per = dict.fromkeys(groups, 0.0)
         for ph in r["phases"]:
             per[group_of(ph["name"])] += ph["seconds"]
+        per["test"] += r["test_s"]
+        per["other"] += r["wall_s"] - sum(per.values())  # between phases: start-up, the trainer's set-up
         table.append({"num_docs": r["num_docs"], "wall_s": r["wall_s"], "max_rss_gib": r["max_rss_gib"],
                       "peak_pss_gib": r["peak_pss_gib"],
                       "seconds": {g: round(s, 1) for g, s in per.items()}, "source": r["source"]})
@@ -168,8 +187,9 @@ def fit(args) -> None:
     fits = {g: line(np.array([t["seconds"][g] for t in table])) for g in groups
             if any(t["seconds"][g] for t in table)}
     fits["wall_s"] = line(np.array([t["wall_s"] for t in table]))
-    fits["max_rss_gib"] = line(np.array([t["max_rss_gib"] for t in table]))
-    fits["peak_pss_gib"] = line(np.array([t["peak_pss_gib"] for t in table]))
+    for key in ("max_rss_gib", "peak_pss_gib"):  # a run known from its log alone has no PSS samples
+        if all(t[key] is not None for t in table):
+            fits[key] = line(np.array([t[key] for t in table]))
     Path(args.json).write_text(json.dumps({"runs": table, "fits": fits}, indent=1) + "\n")
     print(json.dumps(fits, indent=1))
 
@@ -188,8 +208,9 @@ def fit(args) -> None:
         bottom += minutes
     ax_t.set(xlabel="documents (millions)", ylabel="minutes", title="wall time by phase")
     ax_t.legend(fontsize=7)
-    ax_m.plot(millions, [t["max_rss_gib"] for t in table], "o-", label="peak RSS (largest process)")
-    ax_m.plot(millions, [t["peak_pss_gib"] for t in table], "s--", label="peak PSS (all processes)")
+    for key, style, label in (("max_rss_gib", "o-", "peak RSS (largest process)"),
+                              ("peak_pss_gib", "s--", "peak PSS (all processes)")):
+        ax_m.plot(millions, [np.nan if t[key] is None else t[key] for t in table], style, label=label)
     ax_m.set(xlabel="documents (millions)", ylabel="GiB", title="memory of the run")
     ax_m.legend(fontsize=7)
     fig.tight_layout()

@@ -287,6 +287,25 @@ def test_run_cost_records_each_logged_phase_and_fits_sizes(tmp_path):
     assert joined["wall_s"] == pytest.approx(json.loads(Path(runs[1]).read_text())["wall_s"] + first["wall_s"] - 63.5)
     assert result["fits"]["index"]["per_million_docs"] == pytest.approx(0.0)
     assert (tmp_path / "curve.png").stat().st_size > 0
+    # a whole train --test: a phase run inside another counts once (the dev split mined within dev selection,
+    # within the trainer's account of training); all after training is the test phase, whatever its phases
+    stamped = tmp_path / "whole.log"
+    stamped.write_text("0 INFO index: 7000 documents, 10 terms, 99 postings saved\n"
+                       "1 INFO phase load collection: 1.0 s (peak RSS 0.10 GiB)\n"
+                       "3 INFO phase index: 2.0 s (peak RSS 0.20 GiB)\n"
+                       "10 INFO phase mine candidates (dev, 5 queries): 1.0 s (peak RSS 0.20 GiB)\n"
+                       "11 INFO phase dev selection (whole dev split): 3.0 s (peak RSS 0.20 GiB)\n"
+                       "11 INFO adaptive_ir.training.trainer: training 8.0 s (3 updates): collect 5.0 s\n"
+                       "15 INFO phase index: 2.0 s (peak RSS 0.30 GiB)\n"
+                       "20 done\n")
+    whole = tmp_path / "whole.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "log", str(stamped), "--json",
+                    str(whole)], cwd=ROOT, check=True, timeout=120)
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "fit", str(whole), "--json", str(curve),
+                    "--plot", str(tmp_path / "curve.png")], cwd=ROOT, check=True, capture_output=True, timeout=120)
+    (only,) = json.loads(curve.read_text())["runs"]
+    assert only["seconds"] == {"load": 1.0, "index": 2.0, "embedding model": 0.0, "mining": 0.0, "embedding": 0.0,
+                               "training": 8.0, "dev": 0.0, "test": 9.0, "other": 0.0}
 
 
 def test_effect_preview_benchmark_checks_both_readings_agree(tmp_path):
