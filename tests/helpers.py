@@ -199,3 +199,17 @@ def require_pyserini() -> None:
     if why:
         pytest.fail(f"{why}; run scripts/setup.sh test, or set ADAPTIVE_IR_SKIP_LUCENE=1 to skip the Lucene tests")
 
+
+
+def random_postings(rng, ties: bool = False):
+    """(num_docs, vocab, indptr, indices, data) of a random index: 50-3,000 documents, 2-39 terms, each term's
+    posting list a random sorted subset, plus a last term with no postings (the padding term); impacts random, or
+    1-3 when ``ties`` (equal impacts, so equal scores)."""
+    import numpy as np
+
+    num_docs, vocab = int(rng.integers(50, 3000)), int(rng.integers(2, 40))
+    lists = [np.sort(rng.choice(num_docs, int(rng.integers(0, num_docs)), replace=False)) for _ in range(vocab)]
+    indptr = np.concatenate([[0], np.cumsum([len(x) for x in lists]), [sum(map(len, lists))]]).astype(np.int64)
+    indices = np.concatenate(lists).astype(np.int32)
+    data = (rng.integers(1, 4, len(indices)) if ties else rng.random(len(indices)) + 0.01).astype(np.float32)
+    return num_docs, vocab, indptr, indices, data

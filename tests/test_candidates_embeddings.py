@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from bm25s.stopwords import STOPWORDS_EN
-from helpers import TINY_DOCS, query_world
+from helpers import TINY_DOCS, query_world, random_postings
 
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.common.io import fingerprint
@@ -867,11 +867,7 @@ def test_effect_preview_bounded_lookups_equal_reading_every_posting(ties):
 
     rng = np.random.default_rng(1 + ties)
     for _ in range(40):
-        num_docs, vocab = int(rng.integers(50, 3000)), int(rng.integers(2, 40))
-        lists = [np.sort(rng.choice(num_docs, int(rng.integers(0, num_docs)), replace=False)) for _ in range(vocab)]
-        indptr = np.concatenate([[0], np.cumsum([len(x) for x in lists]), [sum(map(len, lists))]]).astype(np.int64)
-        indices = np.concatenate(lists).astype(np.int32)
-        data = (rng.integers(1, 4, len(indices)) if ties else rng.random(len(indices)) + 0.01).astype(np.float32)
+        num_docs, vocab, indptr, indices, data = random_postings(rng, ties)
         maxes = kernels.term_max(indptr, data)
         q, width, m, k = 12, int(rng.integers(1, 6)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
         terms = rng.integers(0, vocab + 1, (q, width)).astype(np.int64)  # vocab: the padding term

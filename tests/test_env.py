@@ -13,7 +13,14 @@ import bm25s
 import numpy as np
 import pytest
 import torch
-from helpers import default_collection, query_world, reference_metric, reference_topk, relevant_sets
+from helpers import (
+    default_collection,
+    query_world,
+    random_postings,
+    reference_metric,
+    reference_topk,
+    relevant_sets,
+)
 
 from adaptive_ir.common.amp import AmpContext
 from adaptive_ir.retrieval.index import key_docs, key_scores, ranking_keys
@@ -433,11 +440,7 @@ def test_the_cpu_trials_of_every_candidate_equal_reading_every_posting(ties):
     rng = np.random.default_rng(7 + ties)
     shortcuts = 0
     for _ in range(40):
-        num_docs, vocab = int(rng.integers(50, 3000)), int(rng.integers(2, 40))
-        lists = [np.sort(rng.choice(num_docs, int(rng.integers(0, num_docs)), replace=False)) for _ in range(vocab)]
-        indptr = np.concatenate([[0], np.cumsum([len(x) for x in lists]), [sum(map(len, lists))]]).astype(np.int64)
-        indices = np.concatenate(lists).astype(np.int32)
-        data = (rng.integers(1, 4, len(indices)) if ties else rng.random(len(indices)) + 0.01).astype(np.float32)
+        num_docs, vocab, indptr, indices, data = random_postings(rng, ties)
         maxes = kernels.term_max(indptr, data)
         b, width, m, k = 8, int(rng.integers(1, 6)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
         terms = rng.integers(0, vocab + 1, (b, width)).astype(np.int64)  # vocab: the padding term

@@ -416,6 +416,23 @@ def _trial_near(lane, indptr, indices, data, t, w, exclude, old, out, pool, near
 
 
 @njit(inline="always")
+def _trial_sizes(indptr, cands, terms):
+    """(the longest posting list among the candidates (Q, M; -1: none), the most postings of any row of
+    ``terms``): what a row's trials and its near documents need room for."""
+    width, touched = 0, 0
+    for q in range(cands.shape[0]):
+        for m in range(cands.shape[1]):
+            t = cands[q, m]
+            if t >= 0:
+                width = max(width, indptr[t + 1] - indptr[t])
+        n = 0
+        for j in range(terms.shape[1]):
+            n += indptr[terms[q, j] + 1] - indptr[terms[q, j]]
+        touched = max(touched, n)
+    return width, touched
+
+
+@njit(inline="always")
 def _near_reading(lane, b, kth, theta, near_docs, n_near, k, postings):
     """How many of the ``near`` documents (best first) a term of bound ``b`` (weight × its largest impact) can lift
     to the k-th score ``theta``, when looking those and the old top ``k`` up in its ``postings`` is the cheaper
@@ -512,16 +529,7 @@ def effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first
     lanes = np.zeros((1, num_docs), np.float32)
     acc = lanes[0]
     row = np.zeros(1, np.int64)
-    width, touched = 0, 0
-    for q in range(cands.shape[0]):
-        for m in range(cands.shape[1]):
-            t = cands[q, m]
-            if t >= 0:
-                width = max(width, indptr[t + 1] - indptr[t])
-        n = 0
-        for j in range(terms.shape[1]):
-            n += indptr[terms[q, j] + 1] - indptr[terms[q, j]]
-        touched = max(touched, n)
+    width, touched = _trial_sizes(indptr, cands, terms)
     pool = np.empty(max(width, touched) + k, np.int64)
     tops = np.empty(k, np.int64)
     one = np.empty(1, np.float32)
@@ -561,15 +569,7 @@ def lanes_trial_all(indptr, indices, data, maxes, lanes, terms, cand_terms, cand
     ``maxes``: each term's largest impact (``term_max``). As in ``effect_preview``, a candidate whose bound is below
     the k-th score is looked up in the episode's near documents only, not read posting by posting."""
     k = topk.shape[1]
-    width, touched = 0, 0
-    for i in range(cand_terms.shape[0]):
-        for j in range(cand_terms.shape[1]):
-            t = cand_terms[i, j]
-            width = max(width, indptr[t + 1] - indptr[t])
-        n = 0
-        for j in range(terms.shape[1]):
-            n += indptr[terms[i, j] + 1] - indptr[terms[i, j]]
-        touched = max(touched, n)
+    width, touched = _trial_sizes(indptr, cand_terms, terms)
     pool = np.empty(max(width, touched) + k, np.int64)
     tops = np.empty(k, np.int64)
     one = np.empty(1, np.float32)
