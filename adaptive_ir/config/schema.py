@@ -250,7 +250,9 @@ class TrainingConfig:
     batch_size: Count = 64
     """PPO minibatch size (transitions per gradient step)."""
     collect_batch_size: Count = 32
-    """B: episodes rolled out in lockstep per policy forward (on an accelerator, see accelerator_one_round)."""
+    """B: episodes rolled out in lockstep per policy forward (on an accelerator, see accelerator_one_round). The
+    DDP ranks of one CPU machine share it: each rolls out collect_batch_size / ranks at a time (their score lanes
+    share the machine's memory)."""
     accelerator_one_round: bool = True
     """On an accelerator, roll out each update's episodes_per_update episodes in one lockstep round where their
     score lanes fit (half the free memory), else in rounds of collect_batch_size. A GPU step costs about the same
