@@ -385,7 +385,7 @@ def _impact_of(indices, data, lo, hi, d):
 def _trial_near(lane, indptr, indices, data, t, w, exclude, old, out, pool, near, n_near, one):
     """``_trial`` for a term whose postings cannot lift a document the query left below ``near``'s end into the
     top k: only the old top k and the ``near`` documents (the query's best-scored ones, best first) are looked up
-    in the term's postings (by bisection), not every posting read. ``_near_reading`` decides when that holds."""
+    in the term's postings (by bisection), not every posting read. ``_bounded_trial`` decides when that holds."""
     k = old.shape[0]
     kth = old[k - 1]
     bits = lane.view(np.int32)
@@ -416,9 +416,10 @@ def _trial_near(lane, indptr, indices, data, t, w, exclude, old, out, pool, near
 
 
 @njit(inline="always")
-def _trial_sizes(indptr, cands, terms):
-    """(the longest posting list among the candidates (Q, M; -1: none), the most postings of any row of
-    ``terms``): what a row's trials and its near documents need room for."""
+def _trial_buffers(indptr, cands, terms, k):
+    """Scratch for the bounded trials of rows of ``cands`` (Q, M; -1: none) whose scores hold ``terms``: (pool,
+    tops, one, near_docs, near_keys), the pool room for the longest candidate list or a row's near documents, each
+    plus the old top ``k``."""
     width, touched = 0, 0
     for q in range(cands.shape[0]):
         for m in range(cands.shape[1]):
@@ -429,21 +430,36 @@ def _trial_sizes(indptr, cands, terms):
         for j in range(terms.shape[1]):
             n += indptr[terms[q, j] + 1] - indptr[terms[q, j]]
         touched = max(touched, n)
-    return width, touched
+    return (np.empty(max(width, touched) + k, np.int64), np.empty(k, np.int64), np.empty(1, np.float32),
+            np.empty(touched, np.int64), np.empty(touched, np.int64))
 
 
 @njit(inline="always")
-def _near_reading(lane, b, kth, theta, near_docs, n_near, k, postings):
-    """How many of the ``near`` documents (best first) a term of bound ``b`` (weight × its largest impact) can lift
-    to the k-th score ``theta``, when looking those and the old top ``k`` up in its ``postings`` is the cheaper
-    exact reading (``_trial_near``); -1 when every posting must be read (``_trial``): the bound reaches the k-th
-    score by itself, so a document the ranking never scored could enter, or the lookups would cost more."""
-    if kth < 0 or not b < theta:
-        return -1
-    lift = 0
-    while lift < n_near and lane[near_docs[lift]] + b >= theta:
-        lift += 1
-    return lift if (lift + k) * _BISECTION_READS < postings else -1
+def _kth_score(lane, old):
+    """(the k-th key of the top-k keys ``old``, -1 if fewer; its score in ``lane``, 0 then)."""
+    kth = old[old.shape[0] - 1]
+    return kth, (lane[_LOW - (kth & _LOW)] if kth >= 0 else np.float32(0.0))
+
+
+@njit(inline="always")
+def _bounded_trial(lane, indptr, indices, data, maxes, t, w, exclude, old, theta, out, pool, tops, one, near_docs,
+                   n_near):
+    """``out`` = the top-k keys of adding term ``t`` × ``w`` to ``lane`` (top k ``old``, k-th score ``theta``), read
+    the cheaper exact way: when the term's bound (``w`` × its largest impact) is below the k-th score, a document
+    the ranking never scored cannot enter, and only the ``near`` documents (best first) the bound can lift to the
+    k-th and the old top k are looked up in its postings (``_trial_near``), where that is fewer reads than all of
+    them; else every posting is read (``_trial``)."""
+    k = old.shape[0]
+    postings = indptr[t + 1] - indptr[t]
+    b = w * maxes[t]
+    if old[k - 1] >= 0 and w > 0 and b < theta:  # a bound holds for added scores only
+        lift = 0
+        while lift < n_near and lane[near_docs[lift]] + b >= theta:
+            lift += 1
+        if (lift + k) * _BISECTION_READS < postings:
+            _trial_near(lane, indptr, indices, data, t, w, exclude, old, out, pool, near_docs, lift, one)
+            return
+    _trial(lane, indptr, indices, data, t, w, exclude, old, out, pool, tops, one)
 
 
 @njit(inline="always")
@@ -529,18 +545,12 @@ def effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first
     lanes = np.zeros((1, num_docs), np.float32)
     acc = lanes[0]
     row = np.zeros(1, np.int64)
-    width, touched = _trial_sizes(indptr, cands, terms)
-    pool = np.empty(max(width, touched) + k, np.int64)
-    tops = np.empty(k, np.int64)
-    one = np.empty(1, np.float32)
+    pool, tops, one, near_docs, near_keys = _trial_buffers(indptr, cands, terms, k)
     new = np.empty(k, np.int64)
-    near_docs = np.empty(touched, np.int64)
-    near_keys = np.empty(touched, np.int64)
     for q in range(cands.shape[0]):
         lanes_fill(indptr, indices, data, lanes, row, terms[q:q + 1], weights[q:q + 1])
         best = acc[_LOW - (first[q, 0] & _LOW)] if first[q, 0] >= 0 else np.float32(0.0)
-        kth = first[q, k - 1]
-        theta = acc[_LOW - (kth & _LOW)] if kth >= 0 else np.float32(0.0)
+        kth, theta = _kth_score(acc, first[q])
         n_near = 0
         if kth >= 0:
             n_near = _gather_near(indptr, indices, acc, terms[q], _reach(cands[q], levels[q], maxes, theta), theta,
@@ -549,14 +559,9 @@ def effect_preview(indptr, indices, data, maxes, num_docs, terms, weights, first
             t = cands[q, m]
             if t < 0:
                 continue
-            postings = indptr[t + 1] - indptr[t]
             for lv in range(levels.shape[2]):
-                w = levels[q, m, lv]
-                lift = _near_reading(acc, w * maxes[t], kth, theta, near_docs, n_near, k, postings)
-                if lift >= 0:
-                    _trial_near(acc, indptr, indices, data, t, w, -1, first[q], new, pool, near_docs, lift, one)
-                else:
-                    _trial(acc, indptr, indices, data, t, w, -1, first[q], new, pool, tops, one)
+                _bounded_trial(acc, indptr, indices, data, maxes, t, levels[q, m, lv], -1, first[q], theta, new, pool,
+                               tops, one, near_docs, n_near)
                 _entering(acc, new, kth, best, out[q, m, 3 * lv:3 * lv + 3])
         lanes_clear(indptr, indices, lanes, row, terms[q:q + 1])
 
@@ -568,32 +573,14 @@ def lanes_trial_all(indptr, indices, data, maxes, lanes, terms, cand_terms, cand
     whose scores lane i holds (padding: a term with no postings); ``topk[i]`` its top-k keys (sorted, -1 padded);
     ``maxes``: each term's largest impact (``term_max``). As in ``effect_preview``, a candidate whose bound is below
     the k-th score is looked up in the episode's near documents only, not read posting by posting."""
-    k = topk.shape[1]
-    width, touched = _trial_sizes(indptr, cand_terms, terms)
-    pool = np.empty(max(width, touched) + k, np.int64)
-    tops = np.empty(k, np.int64)
-    one = np.empty(1, np.float32)
-    near_docs = np.empty(touched, np.int64)
-    near_keys = np.empty(touched, np.int64)
+    pool, tops, one, near_docs, near_keys = _trial_buffers(indptr, cand_terms, terms, topk.shape[1])
     for i in range(cand_terms.shape[0]):
         lane = lanes[i]
-        kth = topk[i, k - 1]
-        theta = lane[_LOW - (kth & _LOW)] if kth >= 0 else np.float32(0.0)
+        kth, theta = _kth_score(lane, topk[i])
         n_near = 0
-        if kth >= 0:
-            reach = np.float32(0.0)  # the largest bound below the k-th score: who could be lifted at all
-            for j in range(cand_terms.shape[1]):
-                b = cand_weights[i, j] * maxes[cand_terms[i, j]]
-                if b < theta and b > reach:
-                    reach = b
+        if kth >= 0:  # one level per action: its weight
+            reach = _reach(cand_terms[i], cand_weights[i].reshape(-1, 1), maxes, theta)
             n_near = _gather_near(indptr, indices, lane, terms[i], reach, theta, near_keys, near_docs)
         for j in range(cand_terms.shape[1]):
-            t, w = cand_terms[i, j], cand_weights[i, j]
-            lift = -1
-            if w > 0:  # a bound holds for added scores only
-                lift = _near_reading(lane, w * maxes[t], kth, theta, near_docs, n_near, k, indptr[t + 1] - indptr[t])
-            if lift >= 0:
-                _trial_near(lane, indptr, indices, data, t, w, exclude[i], topk[i], out[j, i], pool, near_docs, lift,
-                            one)
-            else:
-                _trial(lane, indptr, indices, data, t, w, exclude[i], topk[i], out[j, i], pool, tops, one)
+            _bounded_trial(lane, indptr, indices, data, maxes, cand_terms[i, j], cand_weights[i, j], exclude[i],
+                           topk[i], theta, out[j, i], pool, tops, one, near_docs, n_near)
