@@ -200,10 +200,14 @@ def load_arrays(folder: str | Path, meta: dict) -> dict[str, np.ndarray] | None:
             if any(file_sha256(folder / f"{name}.npy") != digest for name, digest in digests.items()):
                 return None
             # a map holds the file it opened: a later writer's rename leaves these checked bytes in place
-            return {name: np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False))
-                    for name in digests}
+            return _mapped(folder, digests)
     except (OSError, ValueError):
         return None
+
+
+def _mapped(folder: Path, names) -> dict[str, np.ndarray]:
+    """Read-only maps of an entry's ``<name>.npy`` files."""
+    return {name: np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)) for name in names}
 
 
 def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[], dict[str, np.ndarray]],
@@ -223,8 +227,10 @@ def load_or_compute(folder: str | Path | None, meta: dict, compute: Callable[[],
     arrays = compute()
     if folder is not None:
         save_arrays(folder, arrays, meta)
-        # the saved files' maps in place of the computed arrays: what every later reader shares
-        arrays = load_arrays(folder, meta) or arrays
+        # the saved files' maps in place of the computed arrays: what every later reader shares (their checksums
+        # were taken as they were written)
+        with file_lock(Path(folder) / ".lock", shared=True):
+            arrays = _mapped(Path(folder), arrays)
     return arrays, False
 
 
