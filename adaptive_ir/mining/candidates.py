@@ -236,7 +236,7 @@ class CandidateMiner:
         if self._host_index is None:
             idx = self.r.index
             indptr, data = idx.indptr.cpu().numpy(), idx.data.cpu().numpy()
-            self._host_index = (indptr, idx.indices.cpu().numpy(), data, idx.term_max())
+            self._host_index = (indptr, idx.indices.cpu().numpy(), data, kernels.term_max(indptr, data))
         return self._host_index
 
     def _query_features(self, query_terms, fb_idx, has_score, fb_scores, terms, fb_frac) -> np.ndarray:

@@ -220,14 +220,6 @@ class BM25Index:
             self.data = torch.as_tensor(np.asarray(data, np.float32))
             self.indices = torch.as_tensor(np.asarray(indices, np.int32))
             self.indptr = torch.as_tensor(np.asarray(indptr, np.int64))
-        self._term_max: np.ndarray | None = None
-
-    def term_max(self) -> np.ndarray:
-        """Each term's largest impact (float32, the padding term's 0): the bound of the CPU search's and the env's
-        trials, computed by the first that asks (one pass over the impacts) and kept (4 bytes a term)."""
-        if self._term_max is None:
-            self._term_max = kernels.term_max(self.indptr.cpu().numpy(), self.data.cpu().numpy())
-        return self._term_max
 
     def document_frequency(self) -> np.ndarray:
         """Documents per term (float32), read off the posting lists' lengths: no pass over the postings."""
@@ -420,7 +412,7 @@ class BM25Index:
 
     def _search_rows(self, terms: np.ndarray, weights: np.ndarray, k: int, out: np.ndarray) -> None:
         """``kernels.search_topk`` over the rows (``_rows_in_threads``)."""
-        arrays = (self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.term_max(), self.num_docs)
+        arrays = (self.indptr.numpy(), self.indices.numpy(), self.data.numpy(), self.num_docs)
         self._rows_in_threads(terms.shape[0], lambda lo, hi: kernels.search_topk(*arrays, terms[lo:hi],
                                                                                  weights[lo:hi], k, out[lo:hi]))
 

@@ -66,120 +66,32 @@ def _accumulate(indptr, indices, data, acc, touched, terms, weights, slots):
     return n
 
 
-_BOUND_MARGIN = 1e-4
-"""Relative slack on both sides of a bound test: a partial score summed in another order than the slots' may differ
-from the slot-order float by a few units in the last place per term; 1e-4 covers that for thousands of terms."""
-
-
 @njit(nogil=True, cache=True)
-def search_topk(indptr, indices, data, maxes, num_docs, terms, weights, k, out):
+def search_topk(indptr, indices, data, num_docs, terms, weights, k, out):
     """``out[r]`` = the top-k keys of query row r (terms (R, L), weights (R, L) float32; padding slots name a
     term with no postings). One float32 accumulator over the corpus, zeroed again as each row's documents are
-    read, so the work follows the row's postings.
-
-    Fewer postings are read where a query's long posting lists weigh little (an expanded query's added terms): the
-    terms are read in order of their bound (weight × largest impact, ``maxes``),
-    and once the k-th best partial score exceeds the bounds of the terms left unread, a document none of the read
-    terms reached cannot enter the top k. The documents that still can are scored exactly, every slot looked up by
-    bisection in slot order (so each score is the float the exhaustive way adds up), and ranked. A row where that point
-    does not come while at most a third of its postings are read, or with a weight ≤ 0, is read the exhaustive way
-    (what was read is wasted: the terms read first are the rare ones, their lists short). Returns how many rows the
-    bound answered."""
+    read, so the work follows the row's postings."""
     acc = np.zeros(num_docs, np.float32)
     acc_bits = acc.view(np.int32)
-    L = terms.shape[1]
     width = 0
     for r in range(terms.shape[0]):
         total = 0
-        for j in range(L):
+        for j in range(terms.shape[1]):
             total += indptr[terms[r, j] + 1] - indptr[terms[r, j]]
         width = max(width, total)
     touched = np.empty(width, np.int64)
     keys = np.empty(width, np.int64)
-    vals = np.empty(width, np.float32)
-    bound = np.empty(L, np.float64)
-    rest = np.empty(L + 1, np.float64)
-    unread = np.empty(L + 1, np.int64)
-    one = np.empty(1, np.float32)
-    one_bits = one.view(np.int32)
-    bounded = 0
     for r in range(terms.shape[0]):
-        positive = True
-        for j in range(L):
-            bound[j] = np.float64(weights[r, j]) * maxes[terms[r, j]]
-            positive = positive and weights[r, j] > 0
-        order = np.argsort(-bound)
-        rest[L], unread[L] = 0.0, 0
-        for m in range(L - 1, -1, -1):
-            t = terms[r, order[m]]
-            rest[m] = rest[m + 1] + bound[order[m]]
-            unread[m] = unread[m + 1] + indptr[t + 1] - indptr[t]
-        n, c, m, checked = 0, 0, 0, 0
-        while positive and k > 0 and m < L and 3 * (unread[0] - unread[m + 1]) <= unread[0]:
-            t, w = terms[r, order[m]], weights[r, order[m]]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = np.int64(indices[p])
-                touched[n] = d
-                n += 1
-                acc[d] += w * data[p]
-            m += 1
-            last = m == L or 3 * (unread[0] - unread[m + 1]) > unread[0]  # the next term would pass the third
-            if unread[m] == 0 or not last and n < 2 * checked:  # a test costs two passes over what was read:
-                continue  # tested as what was read doubles, and at the last chance, it costs at most twice that
-            checked = n
-            # the k-th best partial score over distinct documents (a document read twice marked by its sign)
-            c = 0
-            for i in range(n):
-                d = touched[i]
-                if acc[d] > 0:
-                    vals[c] = acc[d]
-                    c += 1
-                    acc[d] = -acc[d]
-            for i in range(n):
-                acc[touched[i]] = abs(acc[touched[i]])
-            if c < k:
-                continue
-            theta = np.partition(vals[:c], c - k)[c - k] * (1.0 - _BOUND_MARGIN)
-            left = rest[m] * (1.0 + _BOUND_MARGIN)
-            if theta <= left:
-                continue
-            # the documents the terms left can still lift to theta, scored exactly; the others cannot enter
-            c = 0
-            for i in range(n):
-                d = touched[i]
-                if acc[d] > 0:
-                    if (acc[d] * (1.0 + _BOUND_MARGIN) + left) >= theta:
-                        one[0] = np.float32(0.0)
-                        for j in range(L):
-                            tj = terms[r, j]
-                            x = _impact_of(indices, data, indptr[tj], indptr[tj + 1], d)
-                            if x >= 0:
-                                one[0] += weights[r, j] * x
-                        if one[0] > 0:
-                            keys[c] = _key(one_bits[0], d)
-                            c += 1
-                    acc[d] = np.float32(0.0)
-            for i in range(n):
-                acc[touched[i]] = np.float32(0.0)
-            _best_distinct(keys[:c], k, out[r])
-            bounded += 1
-            n = -1  # done
-            break
-        if n < 0:
-            continue
-        for i in range(n):  # not bounded: read the exhaustive way, from zero
-            acc[touched[i]] = np.float32(0.0)
-        n = _accumulate(indptr, indices, data, acc, touched, terms[r], weights[r], L)
-        c = 0
+        n = _accumulate(indptr, indices, data, acc, touched, terms[r], weights[r], terms.shape[1])
+        m = 0
         for i in range(n):
             d = touched[i]
-            sc = acc[d]
-            if sc > 0:
-                keys[c] = _key(acc_bits[d], d)
-                c += 1
+            s = acc[d]
+            if s > 0:  # a document's first reading; later copies read the zero written below
+                keys[m] = _key(acc_bits[d], d)
+                m += 1
             acc[d] = np.float32(0.0)
-        _best_distinct(keys[:c], k, out[r])
-    return bounded
+        _best_distinct(keys[:m], k, out[r])
 
 
 @njit(nogil=True, cache=True)

@@ -290,6 +290,8 @@ class ReformulationEnv:
         """(rows, num_docs) float32 score lanes, rows ≥ the batch size; zero outside the current episodes' cells."""
         self.terms: torch.Tensor | None = None
         """(B, L0 + max_steps) term ids of the current episodes; None before the first batch on these lanes."""
+        self._term_max: np.ndarray | None = None
+        """Each term's largest impact (``kernels.term_max``), the bound of the CPU's trials; made by the first."""
 
     # ------------------------------------------------------------------ episode state
     def reset(self, qidx: torch.Tensor) -> None:
@@ -553,7 +555,9 @@ class ReformulationEnv:
         weights = torch.stack([torch.where(expand, weight, 0.0) for expand, _, _, weight in actions], 1)
         keys = np.empty((self.switch, *self.topk.shape), np.int64)
         idx = self.index
-        kernels.lanes_trial_all(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), idx.term_max(),
+        if self._term_max is None:
+            self._term_max = kernels.term_max(idx.indptr.numpy(), idx.data.numpy())
+        kernels.lanes_trial_all(idx.indptr.numpy(), idx.indices.numpy(), idx.data.numpy(), self._term_max,
                                 self.lanes.numpy(), self.terms.numpy(), terms.numpy(), weights.numpy(),
                                 self.exclude.numpy(), self.topk.numpy(), keys)
         return torch.stack([self.judged.metric(self.qidx, torch.from_numpy(keys[j]), True)
