@@ -586,7 +586,7 @@ class HashingModel:
 
     instances: list[HashingModel] = []
 
-    def __init__(self, path=None, batch_size=256, device="cpu", key="embeddings.path"):
+    def __init__(self, path=None, batch_size=256, device="cpu", key="embeddings.path", precision="auto"):
         self.identity, self.dim, self.calls = {"provider": "hashing", "path": path}, 8, []
         self.cache_key = self.identity
         HashingModel.instances.append(self)
