@@ -1,6 +1,8 @@
 """What a command takes from the machine, all its processes together: the peak of their summed PSS (each shared
 page divided among the processes that map it; RSS counts it once per process) and the summed RSS at that moment,
-sampled every 0.5 s from ``/proc/<pid>/smaps_rollup`` (Linux). For one rank against two DDP ranks:
+sampled every 0.5 s from ``/proc/<pid>/smaps_rollup`` (Linux); and the same for the ranks alone (the processes whose
+environment holds ``LOCAL_RANK``, as torchrun starts its workers; the command's own process when none does): what
+the issue's "the ranks' summed PSS" measures, without torchrun's launcher. For one rank against two DDP ranks:
 
     python benchmarks/process_memory.py --json one.json -- adaptive-ir train --config wikicar-anserini \
         --data-dir <wikicar> --output-dir runs/one --set embeddings.cache_dir=<warm cache> --epochs 1 --no-progress
@@ -45,6 +47,19 @@ def pss_rss_kib(pids: list[int]) -> tuple[int, int]:
     return pss, rss
 
 
+def ranks(pids: list[int]) -> list[int]:
+    """The processes of ``pids`` that torchrun started as ranks (``LOCAL_RANK`` in their environment); the first
+    (the command itself) when there are none."""
+    found = []
+    for p in pids:
+        try:
+            if b"\0LOCAL_RANK=" in b"\0" + Path(f"/proc/{p}/environ").read_bytes():
+                found.append(p)
+        except OSError:
+            pass
+    return found or pids[:1]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", required=True, help="where the peaks go")
@@ -57,14 +72,19 @@ def main() -> None:
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         peak = {"pss_gib": 0.0, "rss_sum_gib": 0.0, "processes": 0}
+        peak_ranks = {"ranks_pss_gib": 0.0, "ranks": 0}
         while proc.poll() is None:
             pids = family(proc.pid)
             pss, rss = pss_rss_kib(pids)
             if pss / 2 ** 20 > peak["pss_gib"]:
                 peak = {"pss_gib": round(pss / 2 ** 20, 3), "rss_sum_gib": round(rss / 2 ** 20, 3),
                         "processes": len(pids)}
+            workers = ranks(pids)
+            pss = pss_rss_kib(workers)[0]
+            if pss / 2 ** 20 > peak_ranks["ranks_pss_gib"]:
+                peak_ranks = {"ranks_pss_gib": round(pss / 2 ** 20, 3), "ranks": len(workers)}
             time.sleep(0.5)
-    result = {**peak, "exit_status": proc.returncode, "wall_s": round(time.time() - start, 1),
+    result = {**peak, **peak_ranks, "exit_status": proc.returncode, "wall_s": round(time.time() - start, 1),
               "command": " ".join(command)}
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))

@@ -124,7 +124,7 @@ class CandidateMiner:
         self.log_df = (np.log1p(df) / np.log1p(corpus.num_docs)).astype(np.float32)
         self.df = df
         self.feature_names = feature_names(self.methods, stem_variants, preview_levels)
-        self.stems = StemGroups.build(corpus.vocab.terms) if stem_variants else None
+        self.stems = StemGroups.build(list(corpus.vocab.terms)) if stem_variants else None
         self.preview_levels, self.preview_k, self.preview_by_score = preview_levels, preview_k, preview_by_score
         """The weights the effect preview adds each candidate at (None: no preview), the depth of the ranking it
         looks at, and whether a candidate's weight is also scaled by its mean score

@@ -32,10 +32,11 @@ import numpy as np
 import scipy.sparse as sp
 from bm25s.stopwords import STOPWORDS_EN
 
-from adaptive_ir.common.io import atomic_save_npy, atomic_write_bytes
+from adaptive_ir.common.io import atomic_save_npy
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval import lucene
 from adaptive_ir.retrieval.porter import porter_stems
+from adaptive_ir.retrieval.vocabulary import Vocabulary
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 """bm25s' (and scikit-learn's) default token pattern: runs of two or more word characters."""
@@ -244,32 +245,6 @@ class _Stems:
         return [words[i] for i in first.tolist()]
 
 
-@dataclass
-class Vocabulary:
-    """Term strings and their ids (ids are positions in ``terms``, assigned in order of first occurrence)."""
-
-    terms: list[str]
-    ids: dict[str, int]
-    surface_forms: list[str] | None = None
-    """With a stemmer: per term (a stem), the unstemmed word it was most often made from in the corpus."""
-
-    @classmethod
-    def from_terms(cls, terms: list[str], surface: list[str] | None = None) -> Vocabulary:
-        return cls(terms=terms, ids=dict(zip(terms, range(len(terms)))), surface_forms=surface)
-
-    @property
-    def surface(self) -> list[str]:
-        """Readable term texts (what embeddings and displays use): the surface forms, or the terms themselves."""
-        return self.terms if self.surface_forms is None else self.surface_forms
-
-    def __len__(self) -> int:
-        return len(self.terms)
-
-    def encode(self, tokens: list[str]) -> list[int]:
-        """Term ids of the in-vocabulary tokens (out-of-vocabulary tokens score 0 in BM25 anyway)."""
-        return [self.ids[t] for t in tokens if t in self.ids]
-
-
 _ARRAYS = ("doc_len", "doc_indptr", "doc_terms", "doc_tf")
 _FIRST = "doc_first"
 """The optional array of first positions (indexes saved before it was kept have none)."""
@@ -385,25 +360,26 @@ class CorpusTerms:
 
     # ------------------------------------------------------------------ disk
     def save(self, folder: str | Path) -> None:
-        """``doc_*.npy`` and ``vocab.json`` (one atomic write each)."""
+        """``doc_*.npy`` and the vocabulary's ``vocab_*.npy`` (one atomic write each)."""
         folder = Path(folder)
         for name, array in zip(_ARRAYS, (self.doc_len, self.indptr, self.terms, self.tf)):
             atomic_save_npy(folder / f"{name}.npy", array)
         if self.first is not None:
             atomic_save_npy(folder / f"{_FIRST}.npy", self.first)
-        atomic_write_bytes(folder / "vocab.json", json.dumps(self.vocab.terms, ensure_ascii=False).encode("utf-8"))
-        if self.vocab.surface_forms is not None:
-            atomic_write_bytes(folder / "surface.json",
-                               json.dumps(self.vocab.surface_forms, ensure_ascii=False).encode("utf-8"))
+        self.vocab.save(folder)
 
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> CorpusTerms:
         folder = Path(folder)
         arrays = [np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS]
         first = folder / f"{_FIRST}.npy"
-        surface = folder / "surface.json"
-        vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")),
-                                      json.loads(surface.read_text(encoding="utf-8")) if surface.is_file() else None)
+        if (folder / "vocab_ends.npy").is_file():
+            vocab = Vocabulary.load(folder, mmap)
+        else:  # an index saved before the vocabulary was kept as arrays
+            surface = folder / "surface.json"
+            vocab = Vocabulary.from_terms(json.loads((folder / "vocab.json").read_text(encoding="utf-8")),
+                                          json.loads(surface.read_text(encoding="utf-8")) if surface.is_file()
+                                          else None)
         doc_len, indptr, terms, tf = arrays
         return cls(vocab, doc_len, indptr, terms, tf,
                    np.load(first, mmap_mode="r" if mmap else None) if first.is_file() else None)

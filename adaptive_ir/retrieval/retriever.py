@@ -134,7 +134,7 @@ class Retriever:
             return None
 
     def save(self, folder: str | Path) -> None:
-        """Every array + ``vocab.json`` into a temporary folder (``params.json`` and ``sha256.json`` last), renamed
+        """Every array (the vocabulary's too) into a temporary folder (``params.json`` and ``sha256.json`` last), renamed
         to ``folder`` under the cache's exclusive lock; an intact copy saved meanwhile by another process is kept."""
         folder = Path(folder)
         tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
@@ -187,7 +187,7 @@ class Retriever:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Query texts → term ids (with repeats, as BM25 counts them); unknown words dropped."""
-        return [self.vocab.encode(self.analyzer.tokenize(t)) for t in texts]
+        return self.vocab.encode_many([self.analyzer.tokenize(t) for t in texts])
 
     def first_occurrences(self, doc_lists: Sequence[Sequence[int] | np.ndarray]) -> list[list[int]]:
         """For each list of documents, the distinct term ids of those documents (read in the given order), in order

@@ -117,7 +117,7 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     string_rank[kept[np.argsort(np.array([terms_of[t] for t in kept.tolist()], dtype=object), kind="stable")]] = \
         np.arange(len(kept))
     tokens = [retriever.analyzer.tokenize(t) for t in texts]
-    query_ids = [vocab.encode(t) for t in tokens]
+    query_ids = vocab.encode_many(tokens)
     depth = max(fb_docs, ANSERINI_RERANK_CUTOFF)
     doc_ids = retriever.doc_ids
     out_terms: list[list[int]] = []
