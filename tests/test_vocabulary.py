@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from adaptive_ir.retrieval.vocabulary import Strings, TermIds, Vocabulary
+from adaptive_ir.common.strings import Strings
+from adaptive_ir.retrieval.vocabulary import TermIds, Vocabulary
 
 TERMS = ["über", "fox", "", "東京", "x1", "fox2", "a b", "quick"]
 

@@ -24,6 +24,8 @@ from typing import overload
 
 import numpy as np
 
+from adaptive_ir.common.strings import Strings
+
 CHUNK = 65_536
 """Default documents per chunk of `Corpus.iter_doc_texts`."""
 
@@ -162,13 +164,13 @@ class DocIds(_IdLookup):
     Build one with `DocIdsBuilder`."""
 
     def __init__(self, buffer: bytearray, ends: np.ndarray, hashes: np.ndarray):
-        self._buf, self._ends = buffer, ends
+        self.texts = Strings(buffer, ends)
         order = np.argsort(hashes, kind="stable")
         self._sorted_hashes = hashes[order]
         self._order = order.astype(np.int32) if len(order) < 2**31 else order
 
     def __len__(self) -> int:
-        return len(self._ends)
+        return len(self.texts)
 
     @overload
     def __getitem__(self, i: int) -> str: ...
@@ -177,25 +179,11 @@ class DocIds(_IdLookup):
     def __getitem__(self, i: slice) -> list[str]: ...
 
     def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        i = int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"document position {i} out of range 0..{n - 1}")
-        start = int(self._ends[i - 1]) if i else 0
-        return self._buf[start:int(self._ends[i])].decode("utf-8")
+        return self.texts[i]
 
     def take(self, positions: np.ndarray) -> list[str]:
-        """The ids at ``positions`` (in range), in order: their byte ranges read in one array operation, what
-        turning a run's top k into ids for its evaluation needs (millions of ids per table)."""
-        pos = np.asarray(positions, dtype=np.int64)
-        ends = self._ends[pos]
-        starts = np.where(pos > 0, self._ends[pos - 1], 0)
-        buf = self._buf
-        return [buf[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
+        """The ids at ``positions`` (in range), in order (``Strings.take``)."""
+        return self.texts.take(positions)
 
     def positions(self, ids: Iterable[str]) -> np.ndarray:
         """Positions (int64) of `ids`; -1 for an id not here."""

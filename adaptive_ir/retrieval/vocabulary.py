@@ -14,70 +14,12 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, overload
+from typing import Literal
 
 import numpy as np
 
 from adaptive_ir.common.io import atomic_save_npy
-
-
-class Strings(Sequence[str]):
-    """Texts as one UTF-8 byte buffer (uint8) and each text's end offset (int64)."""
-
-    def __init__(self, buf: np.ndarray, ends: np.ndarray):
-        self.buf, self.ends = buf, ends
-
-    @classmethod
-    def of(cls, texts: Sequence[str]) -> Strings:
-        encoded = [t.encode("utf-8") for t in texts]
-        ends = np.cumsum([len(b) for b in encoded], dtype=np.int64) if encoded else np.zeros(0, np.int64)
-        return cls(np.frombuffer(b"".join(encoded), np.uint8), ends)
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        i = int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"term id {i} out of range 0..{n - 1}")
-        return self.bytes_at(i).decode("utf-8")
-
-    def bytes_at(self, i: int) -> bytes:
-        start = int(self.ends[i - 1]) if i else 0
-        return self.buf[start:int(self.ends[i])].tobytes()
-
-    def __iter__(self) -> Iterator[str]:
-        return (self[i] for i in range(len(self)))
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, Strings):
-            return np.array_equal(self.ends, other.ends) and np.array_equal(self.buf, other.buf)
-        if isinstance(other, (list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable arrays underneath, like a list
-
-    def save(self, folder: Path, name: str) -> None:
-        atomic_save_npy(folder / f"{name}_bytes.npy", self.buf)
-        atomic_save_npy(folder / f"{name}_ends.npy", self.ends)
-
-    @classmethod
-    def load(cls, folder: Path, name: str, mmap: bool = True) -> Strings:
-        mode: Literal["r"] | None = "r" if mmap else None
-        return cls(np.load(folder / f"{name}_bytes.npy", mmap_mode=mode),
-                   np.load(folder / f"{name}_ends.npy", mmap_mode=mode))
+from adaptive_ir.common.strings import Strings
 
 
 def _crc(texts: Sequence[bytes]) -> np.ndarray:
@@ -193,4 +135,4 @@ class Vocabulary:
         return cls(terms, TermIds.load(terms, folder, "vocab", mmap), surface)
 
 
-__all__ = ["Strings", "TermIds", "Vocabulary"]
+__all__ = ["TermIds", "Vocabulary"]
