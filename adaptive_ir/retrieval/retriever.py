@@ -11,6 +11,7 @@ checksums are verified: a damaged copy is rebuilt, never used.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import logging
@@ -25,7 +26,7 @@ import torch
 
 from adaptive_ir.common.errors import ConfigError, DataError
 from adaptive_ir.common.io import checksum_problem, file_lock, fingerprint, write_checksums
-from adaptive_ir.common.memory import available_memory, mappings, release_pages
+from adaptive_ir.common.memory import available_memory, mappings, release_pages, trim_heap
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import Analyzer, CorpusTerms
 from adaptive_ir.retrieval.index import BM25Index, key_docs, key_scores
@@ -111,6 +112,10 @@ class Retriever:
             log.info("index: %d documents, %d terms, %d postings saved to %s", retriever.index.num_docs,
                      retriever.index.vocab_size, retriever.corpus.num_postings, folder)
         del retriever  # the saved copy replaces the built one: memory-mapped, as every later run uses it
+        # and the build's freed arrays go back to the system now: otherwise they stay in the allocator's arenas for
+        # the rest of the run (WikiCAR: 0.29 GiB; at 8.8M documents about 2 GiB, beside training's score lanes)
+        gc.collect()
+        trim_heap()
         return cls.load(folder, collection.doc_ids, device, doc_texts=collection.doc_texts_at)
 
     @classmethod
