@@ -58,6 +58,25 @@ class Strings(Sequence[str]):
         buf = self.buf
         return [bytes(buf[a:b]).decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
 
+    def find(self, sorted_hashes: np.ndarray, order: np.ndarray, h: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+        """The position (int64) of each of ``texts`` here, -1 for one not here, given their hashes ``h`` and this
+        table's hashes sorted (``sorted_hashes``) with the positions in that order (``order``): one search for all,
+        the text compared on every hash match, so a collision cannot give a wrong position."""
+        out = np.full(len(texts), -1, np.int64)
+        n = len(sorted_hashes)
+        if not len(texts) or not n:
+            return out
+        at = np.searchsorted(sorted_hashes, h)
+        for k in np.flatnonzero(sorted_hashes[np.minimum(at, n - 1)] == h).tolist():
+            j = int(at[k])
+            while j < n and sorted_hashes[j] == h[k]:
+                pos = int(order[j])
+                if self.bytes_at(pos).decode("utf-8") == texts[k]:
+                    out[k] = pos
+                    break
+                j += 1
+        return out
+
     def __iter__(self) -> Iterator[str]:
         return (self[i] for i in range(len(self)))
 

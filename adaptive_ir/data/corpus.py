@@ -188,22 +188,8 @@ class DocIds(_IdLookup):
     def positions(self, ids: Iterable[str]) -> np.ndarray:
         """Positions (int64) of `ids`; -1 for an id not here."""
         ids = ids if isinstance(ids, list) else list(ids)
-        out = np.full(len(ids), -1, dtype=np.int64)
-        n = len(self)
-        if not ids or not n:
-            return out
         h = np.fromiter((hash(d) for d in ids), dtype=np.int64, count=len(ids))
-        start = np.searchsorted(self._sorted_hashes, h)
-        first = self._sorted_hashes[np.minimum(start, n - 1)] == h
-        for k in np.flatnonzero(first).tolist():
-            j = int(start[k])
-            while j < n and self._sorted_hashes[j] == h[k]:
-                pos = int(self._order[j])
-                if self[pos] == ids[k]:
-                    out[k] = pos
-                    break
-                j += 1
-        return out
+        return self.texts.find(self._sorted_hashes, self._order, h, ids)
 
     def first_repeat(self) -> tuple[int, int] | None:
         """(position of the first occurrence, position of the repeat) of the earliest repeated id, or None."""

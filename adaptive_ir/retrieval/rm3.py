@@ -106,7 +106,7 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     if num_docs is None:
         num_docs = int(np.count_nonzero(corpus.doc_len))
     df = retriever.index.document_frequency()
-    terms_of = vocab.terms
+    terms_of = list(vocab.terms)  # every term is read below, twice: decoded once
     # which terms a document vector may hold, and each one's place in Java's String order (the ties of a pruning):
     # once per call, so that a document's vector is a few array operations, however long the document
     eligible = (df.astype(np.float32) / np.float32(max(num_docs, 1))) <= np.float32(max_df_ratio)

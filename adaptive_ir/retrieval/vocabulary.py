@@ -40,22 +40,7 @@ class TermIds(Mapping[str, int]):
 
     def positions(self, tokens: Sequence[str]) -> np.ndarray:
         """The id (int64) of each token, -1 for one not in the vocabulary: one search for all of them."""
-        out = np.full(len(tokens), -1, np.int64)
-        if not len(tokens) or not len(self.hashes):
-            return out
-        encoded = [t.encode("utf-8") for t in tokens]
-        h = _crc(encoded)
-        at = np.searchsorted(self.hashes, h)
-        n = len(self.hashes)
-        for k in np.flatnonzero(self.hashes[np.minimum(at, n - 1)] == h).tolist():
-            j = int(at[k])
-            while j < n and self.hashes[j] == h[k]:  # the text decides between terms whose CRCs collide
-                t = int(self.order[j])
-                if self.terms.bytes_at(t) == encoded[k]:
-                    out[k] = t
-                    break
-                j += 1
-        return out
+        return self.terms.find(self.hashes, self.order, _crc([t.encode("utf-8") for t in tokens]), tokens)
 
     def __getitem__(self, term: str) -> int:
         if not isinstance(term, str):
