@@ -131,8 +131,13 @@ def test_rm3_reads_documents_only_where_a_tie_decides_the_pruning():
                                    [0.5, 0.3, 0.1, 0.1, 0.0]]))    # a tie below the cut: nothing decided
     assert [ties_decide(rows, q, 2) for q in range(4)] == [False, True, True, False]
     for q in (0, 3):  # where no tie decides, any order gives the same pruning
-        assert all(np.array_equal(top_terms(rows, q, 2, order)[0], top_terms(rows, q, 2)[0])
+        assert all(np.array_equal(top_terms(rows, 2, [order] * 4)[0][q], top_terms(rows, 2)[0][q])
                    for order in ([4, 3, 2, 1, 0], [2, 3, 0, 1]))
+    # where one does, the order decides: by position in it, terms absent from it last, then by id
+    assert top_terms(rows, 2)[0].tolist() == [[0, 1], [0, 1], [0, 1], [0, 1]]
+    assert top_terms(rows, 3, [None, [1, 0], [2], None])[0].tolist() == [[0, 1, 2], [1, 0, 2], [0, 2, 1],
+                                                                          [0, 1, 2]]
+    assert top_terms(rows, 7)[1][0].tolist() == [0.5, 0.3, 0.2, 0.1, 0, 0, 0]
     # documents with distinct counts: RM1 has no tie at the top, and no text is read again
     docs = ["fox " * 5 + "den " * 3 + "kit", "fox fox dog", "cat"]
     coll = Collection("no-ties", MemoryCorpus(["d0", "d1", "d2"], [""] * 3, docs), {}, {})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -59,6 +60,81 @@ def test_pruning_ties_by_term():
     got = _named(r, *[x[0] for x in rm3_anserini_expansion(r, ["zeta"], fb_terms=2, max_df_ratio=1.0)])
     assert set(got) == {"zeta", "alpha", "beta"}
     assert abs(sum(got.values()) - 1.0) < 1e-6
+
+
+def _reference(retriever: Retriever, texts: list[str], fb_docs: int = 10, fb_terms: int = 10,
+               orig_weight: float = 0.5, max_df_ratio: float = 0.1, filter_terms: bool = True
+               ) -> tuple[list[list[int]], list[list[float]]]:
+    """Rm3Reranker written out per query with Python's strings, sorts and dicts (what the compiled version
+    replaced): FeatureVector's pruning and L1 scaling, Java's float steps one document at a time."""
+    vocab, corpus = retriever.vocab, retriever.corpus
+    num_docs = int(np.count_nonzero(corpus.doc_len))
+    df = retriever.index.document_frequency()
+    names = list(vocab.terms)
+    ok = [(df[t] / num_docs <= max_df_ratio) and 2 <= len(w) <= 20
+          and (not filter_terms or re.fullmatch("[a-z0-9]+", w) is not None) for t, w in enumerate(names)]
+
+    def prune(v: dict[str, np.float32], k: int) -> dict[str, np.float32]:
+        return dict(sorted(v.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
+
+    def unit_l1(v: dict[str, np.float32]) -> dict[str, np.float32]:
+        norm = sum(abs(float(x)) for x in v.values())
+        return {t: np.float32(float(x) / norm) for t, x in v.items()}
+
+    out_terms, out_weights = [], []
+    for text in texts:
+        tokens = retriever.analyzer.tokenize(text)
+        scores, idx = retriever.search([vocab.encode(tokens)], k=50)
+        hits = sorted(((float(s), retriever.doc_ids[int(d)], int(d)) for s, d in zip(scores[0], idx[0]) if s > 0),
+                      key=lambda h: (-h[0], h[1]))
+        rm: dict[str, np.float32] = {}
+        for score, _, d in hits[:fb_docs]:
+            lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
+            vec = prune({names[t]: np.float32(c) for t, c in zip(corpus.terms[lo:hi].tolist(),
+                                                                  corpus.tf[lo:hi].tolist()) if ok[t]}, fb_terms)
+            norm = np.float32(sum(float(c) for c in vec.values()))
+            for w in vec:
+                rm.setdefault(w, np.float32(0.0))
+            if norm > np.float32(0.001):
+                for w, c in vec.items():
+                    rm[w] = np.float32(rm[w] + np.float32(np.float32(c / norm) * np.float32(score)))
+        rm = prune(rm, fb_terms)
+        if rm and sum(float(v) for v in rm.values()) > 0:
+            rm = unit_l1(rm)
+        qfv: dict[str, np.float32] = {}
+        for t in tokens:
+            qfv[t] = np.float32(qfv.get(t, np.float32(0.0)) + np.float32(1.0))
+        qfv = unit_l1(qfv) if qfv else qfv
+        weights: dict[int, float] = {}
+        for w in {**qfv, **rm}:
+            x = np.float32(orig_weight * float(qfv.get(w, 0.0)) + (1.0 - orig_weight) * float(rm.get(w, 0.0)))
+            if w in vocab.ids and x > 0:
+                weights[vocab.ids[w]] = float(x)
+        out_terms.append(list(weights))
+        out_weights.append(list(weights.values()))
+    return out_terms, out_weights
+
+
+@pytest.mark.parametrize("filter_terms", [True, False])
+def test_equal_to_the_per_query_reference_with_ties(filter_terms):
+    """The compiled RM1 against ``_reference``, to the last bit and in the same term order: on a collection with
+    copies of documents (ties in the first pass, broken by id, which here runs against corpus order), equal counts
+    within a document (pruning ties) and terms outside ``[a-z0-9]``."""
+    docs = _synthetic(n=400, seed=9)
+    docs += [docs[i] for i in range(0, 120, 3)]  # copies: equal scores
+    rng = random.Random(3)
+    ids = [f"doc{rng.randrange(10 ** 6):06d}-{i}" for i in range(len(docs))]  # id order is not corpus order
+    rc = load_config("scifact-anserini").retrieval
+    coll = Collection("toy", MemoryCorpus(ids, [""] * len(docs), docs), {}, {})
+    r = Retriever.build(coll, rc.bm25_k1, rc.bm25_b, rc.idf, analyzer=Analyzer(kind=rc.analyzer,
+                        stemmer=rc.stemmer), scoring=rc.bm25_scoring)
+    vocab = list(r.vocab.terms)
+    queries = [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 4))) for _ in range(150)]
+    queries += ["running covid zzzunseen running", "the and of", ""]
+    got = rm3_anserini_expansion(r, queries, max_df_ratio=0.5, filter_terms=filter_terms)
+    want = _reference(r, queries, max_df_ratio=0.5, filter_terms=filter_terms)
+    assert got == want
+    assert sum(len(t) > len(set(r.encode([q])[0])) for t, q in zip(got[0], queries)) > 100  # feedback terms came
 
 
 def _synthetic(n: int = 300, seed: int = 5) -> list[str]:

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.analyzer import CorpusTerms
 from adaptive_ir.retrieval.index import BM25Weights, LuceneWeights, key_docs, key_scores
 
@@ -74,21 +75,25 @@ def relevance_model(corpus: CorpusTerms, doc_idx: np.ndarray, doc_scores: np.nda
     return (rows.weights(weight) @ rows.tf).tocsr()
 
 
-def top_terms(row_matrix: sp.csr_matrix, q: int, n: int, order: Sequence[int] | None = None
+def top_terms(row_matrix: sp.csr_matrix, n: int, order: Sequence[Sequence[int] | None] | None = None
               ) -> tuple[np.ndarray, np.ndarray]:
-    """The ``n`` heaviest (term ids, weights) of row ``q``, heaviest first.
+    """Each row's ``n`` heaviest (term ids, weights), heaviest first, as (rows, n) arrays (ids -1 padded, weights
+    0): one compiled pass (``kernels.top_terms``).
 
-    Ties are broken by position in ``order`` (distinct term ids; those absent from it come last), then by smaller
-    term id."""
-    lo, hi = row_matrix.indptr[q], row_matrix.indptr[q + 1]
-    cols, vals = row_matrix.indices[lo:hi], row_matrix.data[lo:hi]
-    if order is None:
-        rank = cols
-    else:
-        pos = {int(t): i for i, t in enumerate(order)}
-        rank = np.array([pos.get(int(c), len(pos)) for c in cols], dtype=np.int64)
-    keep = np.lexsort((cols, rank, -vals))[:n]
-    return cols[keep], vals[keep]
+    Ties are broken by position in ``order[q]`` (distinct term ids; those absent from it come last; None: no
+    order for that row), then by smaller term id."""
+    rows = row_matrix.shape[0]
+    per_row = [None] * rows if order is None else list(order)
+    given = [o or [] for o in per_row]
+    has_order = np.array([o is not None for o in per_row], dtype=bool)
+    ptr = np.zeros(rows + 1, np.int64)
+    ptr[1:] = np.cumsum([len(o) for o in given])
+    flat = np.fromiter((t for o in given for t in o), np.int64, count=int(ptr[-1]))
+    terms = np.full((rows, n), -1, np.int64)
+    weights = np.zeros((rows, n), row_matrix.data.dtype)
+    kernels.top_terms(row_matrix.indptr, row_matrix.indices, row_matrix.data, has_order, ptr, flat,
+                      row_matrix.shape[1], terms, weights)
+    return terms, weights
 
 
 def ties_decide(row_matrix: sp.csr_matrix, q: int, n: int) -> bool:
@@ -114,6 +119,7 @@ def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int 
     in the env, where an added term's weight is relative to the query's words; BM25 scores are linear in the
     weights, so the ranking is the same."""
     out_terms, out_weights = [], []
+    cols, weights_of = top_terms(rm1, fb_terms, tie_order)
     for q, terms in enumerate(query_terms):
         weights: dict[int, float] = {}
         n = max(len(terms), 1)
@@ -121,10 +127,11 @@ def rm3_queries(query_terms: list[list[int]], rm1: sp.csr_matrix, fb_terms: int 
                                                                                           1.0 - orig_weight)
         for t in terms:
             weights[t] = weights.get(t, 0.0) + word
-        cols, vals = top_terms(rm1, q, fb_terms, None if tie_order is None else tie_order[q])
+        keep = cols[q] >= 0
+        vals = weights_of[q][keep]
         z = float(vals.sum())
         if z > 0:
-            for t, v in zip(cols.tolist(), vals.tolist()):
+            for t, v in zip(cols[q][keep].tolist(), vals.tolist()):
                 weights[t] = weights.get(t, 0.0) + expansion * v / z
         out_terms.append(list(weights))
         out_weights.append(list(weights.values()))

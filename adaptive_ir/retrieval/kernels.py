@@ -356,6 +356,121 @@ def feedback_cooc(doc_indptr, doc_terms, fb_idx, fb_weight, query_terms, cands, 
             out[q, m, 4] = score_w / max(total_score, 1e-12)
 
 
+@njit(inline="always")
+def _ahead(v, r, t, v2, r2, t2) -> bool:
+    """Whether (value ``v``, rank ``r``, term ``t``) comes before (``v2``, ``r2``, ``t2``): the larger value first,
+    equal values by the smaller rank, then the smaller term id (a pruning's order)."""
+    return v > v2 or (v == v2 and (r < r2 or (r == r2 and t < t2)))
+
+
+@njit(inline="always")
+def _keep_best(n, cap, t, v, r, best_t, best_v, best_r):
+    """Insert term ``t`` (value ``v``, rank ``r``) into the ``n`` best so far (``best_*``, in ``_ahead`` order),
+    keeping at most ``cap``; returns the new count."""
+    if n == cap:
+        if not _ahead(v, r, t, best_v[n - 1], best_r[n - 1], best_t[n - 1]):
+            return n
+        j = n - 1
+    else:
+        j = n
+        n += 1
+    while j > 0 and _ahead(v, r, t, best_v[j - 1], best_r[j - 1], best_t[j - 1]):
+        best_t[j], best_v[j], best_r[j] = best_t[j - 1], best_v[j - 1], best_r[j - 1]
+        j -= 1
+    best_t[j], best_v[j], best_r[j] = t, v, r
+    return n
+
+
+@njit(nogil=True, cache=True)
+def top_terms(indptr, indices, data, has_order, order_ptr, order_terms, num_terms, out_terms, out_values):
+    """``out_terms[q]`` / ``out_values[q]``: the ``out_terms.shape[1]`` largest values of CSR row q (term ids
+    ``indices``), largest first, -1 padded; equal values by the term's position in the row's order
+    (``order_terms[order_ptr[q]:order_ptr[q + 1]]`` where ``has_order[q]``; terms absent from it after those in
+    it, a repeated term at its last position), else by the smaller term id."""
+    cap = out_terms.shape[1]
+    pos = np.full(num_terms, -1, np.int64)
+    best_t = np.empty(cap, np.int64)
+    best_v = np.empty(cap, data.dtype)
+    best_r = np.empty(cap, np.int64)
+    for q in range(indptr.shape[0] - 1):
+        distinct = 0
+        if has_order[q]:
+            for i in range(order_ptr[q], order_ptr[q + 1]):
+                t = order_terms[i]
+                distinct += pos[t] < 0
+                pos[t] = i - order_ptr[q]
+        n = 0
+        for p in range(indptr[q], indptr[q + 1]):
+            t = np.int64(indices[p])
+            r = t
+            if has_order[q]:
+                r = pos[t] if pos[t] >= 0 else np.int64(distinct)
+            if cap:
+                n = _keep_best(n, cap, t, data[p], r, best_t, best_v, best_r)
+        if has_order[q]:
+            for i in range(order_ptr[q], order_ptr[q + 1]):
+                pos[order_terms[i]] = -1
+        out_terms[q, :] = -1
+        out_values[q, :] = 0
+        out_terms[q, :n] = best_t[:n]
+        out_values[q, :n] = best_v[:n]
+
+
+@njit(nogil=True, cache=True)
+def rm3_relevance_models(doc_indptr, doc_terms, doc_tf, eligible, rank, fb_docs, fb_scores, fb_terms, out_terms,
+                         out_weights):
+    """Anserini's RM1 (Rm3Reranker) per query, in Java's float arithmetic. ``fb_docs`` (Q, F) feedback documents in
+    order, -1 padded, ``fb_scores`` their float32 scores; a document's vector is its ``fb_terms`` most frequent
+    ``eligible`` terms (ties by ``rank``, the terms' string order) over the sum of their counts; RM1(w) = Σ_d
+    score(d) · v_d(w), added document by document in float32, pruned to ``fb_terms`` and L1-normalised (the norm
+    summed in double in the pruned order). ``out_terms[q]`` (-1 padded) / ``out_weights[q]``: RM1 in pruned order."""
+    num_q, num_fb = fb_docs.shape
+    doc_t = np.empty(fb_terms, np.int64)
+    doc_c = np.empty(fb_terms, np.float32)
+    doc_r = np.empty(fb_terms, np.int64)
+    union = np.empty(num_fb * fb_terms, np.int64)
+    weight = np.empty(num_fb * fb_terms, np.float32)
+    slot = np.full(eligible.shape[0], -1, np.int64)
+    for q in range(num_q):
+        out_terms[q, :] = -1
+        out_weights[q, :] = 0
+        m = 0
+        for i in range(num_fb):
+            d = fb_docs[q, i]
+            if d < 0:
+                break
+            n = 0
+            for p in range(doc_indptr[d], doc_indptr[d + 1]):
+                t = np.int64(doc_terms[p])
+                if eligible[t]:
+                    n = _keep_best(n, fb_terms, t, np.float32(doc_tf[p]), rank[t], doc_t, doc_c, doc_r)
+            norm = 0.0
+            for j in range(n):
+                norm += np.float64(doc_c[j])
+                if slot[doc_t[j]] < 0:
+                    slot[doc_t[j]] = m
+                    union[m] = doc_t[j]
+                    weight[m] = 0
+                    m += 1
+            norm32 = np.float32(norm)
+            if norm32 > np.float32(0.001):
+                s = fb_scores[q, i]
+                for j in range(n):
+                    k = slot[doc_t[j]]
+                    weight[k] = weight[k] + (doc_c[j] / norm32) * s
+        n = 0
+        for k in range(m):
+            slot[union[k]] = -1
+            n = _keep_best(n, fb_terms, union[k], weight[k], rank[union[k]], doc_t, doc_c, doc_r)
+        total, l1 = 0.0, 0.0
+        for j in range(n):
+            total += np.float64(doc_c[j])
+            l1 += abs(np.float64(doc_c[j]))
+        for j in range(n):
+            out_terms[q, j] = doc_t[j]
+            out_weights[q, j] = np.float32(np.float64(doc_c[j]) / l1) if total > 0 else doc_c[j]
+
+
 _BISECTION_READS = 24
 """Postings a lookup by bisection is worth (about log2 of a long list's length, each read a cache miss): a trial
 looks documents up in a term's postings (``_trial_near``) when that many reads per document are fewer than the

@@ -5,10 +5,10 @@ itself (its filtered, pruned document vectors), equal to Pyserini's ``set_rm3()`
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from adaptive_ir.common.strings import Strings
+from adaptive_ir.retrieval import kernels
 from adaptive_ir.retrieval.feedback import (
     SemanticFeedback,
     feedback_documents,
@@ -62,24 +62,68 @@ ANSERINI_RERANK_CUTOFF = 50
 """Documents Anserini's first pass retrieves before RM3 (``SearchCollection.Args.rerankcutoff``); of them the
 ``fb_docs`` best, ties broken by document id, are the feedback documents."""
 
-_ALNUM = re.compile(r"[a-z0-9]+")
+def _anserini_term_table(terms: Strings, df: np.ndarray, num_docs: int, max_df_ratio: float, filter_terms: bool
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(which terms a document vector may hold, each one's rank in string order), read off the vocabulary's UTF-8
+    buffer with array operations (no term decoded: WikiCAR has 742,815): 2 to 20 characters (bytes that do not
+    continue a UTF-8 sequence), of ``[a-z0-9]`` only (``filter_terms``), in at most ``max_df_ratio`` of the
+    documents (Anserini's 10 % stopword rule). The ranks order the eligible terms by their bytes, which is Python's
+    string order (and Java's for these terms); they break the ties of a pruning."""
+    buf = np.frombuffer(terms.buf, np.uint8)
+    ends = np.asarray(terms.ends, np.int64)
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+
+    def per_term(flags: np.ndarray) -> np.ndarray:  # how many bytes of each term have the flag
+        cum = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
+        return cum[ends] - cum[starts]
+
+    chars = per_term((buf & 0xC0) != 0x80)
+    eligible = (df.astype(np.float32) / np.float32(max(num_docs, 1))) <= np.float32(max_df_ratio)
+    eligible &= (chars >= 2) & (chars <= 20)
+    if filter_terms:
+        alnum = ((buf >= ord("a")) & (buf <= ord("z"))) | ((buf >= ord("0")) & (buf <= ord("9")))
+        eligible &= per_term(~alnum) == 0
+    kept = np.flatnonzero(eligible)
+    rank = np.zeros(len(ends), np.int64)
+    if len(kept):
+        lens = (ends - starts)[kept]
+        width = int(lens.max())
+        table = np.zeros((len(kept), width), np.uint8)  # NUL-padded, as numpy's bytes strings compare
+        row = np.repeat(np.arange(len(kept)), lens)
+        col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+        table[row, col] = buf[starts[kept][row] + col]
+        rank[kept[np.argsort(table.view(f"S{width}").ravel(), kind="stable")]] = np.arange(len(kept))
+    return eligible, rank
 
 
-def _prune(vector: dict[str, np.float32], k: int) -> dict[str, np.float32]:
-    """FeatureVector.pruneToSize: the k largest values, ties broken by the term (Java's String order)."""
-    return dict(sorted(vector.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
-
-
-def _unit_l1(vector: dict[str, np.float32]) -> dict[str, np.float32]:
-    """FeatureVector.scaleToUnitL1Norm: the norm summed in double, each value divided and cast to float."""
-    norm = sum(abs(float(v)) for v in vector.values())
-    return {t: np.float32(float(v) / norm) for t, v in vector.items()}
+def _feedback_documents(retriever: Retriever, query_ids: list[list[int]], fb_docs: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's feedback documents as Anserini picks them, (Q, fb_docs) corpus positions (-1 padded) and their
+    float32 scores: the ``fb_docs`` best of the first pass's ``ANSERINI_RERANK_CUTOFF``, ties broken by document id
+    (``BREAK_SCORE_TIES_BY_DOCID``). A ranking orders ties by position; only the queries where a tie decides which
+    documents come first, or in what order (the float sums follow it), are sorted again by id."""
+    depth = max(fb_docs, ANSERINI_RERANK_CUTOFF)
+    docs = np.full((len(query_ids), fb_docs), -1, np.int64)
+    scores = np.zeros((len(query_ids), fb_docs), np.float32)
+    for lo in range(0, len(query_ids), RM3_CHUNK):
+        ranking = retriever.rankings(query_ids[lo:lo + RM3_CHUNK], depth)
+        s, d, valid = key_scores(ranking).numpy(), key_docs(ranking).numpy(), ranking.numpy() >= 0
+        head, width = min(fb_docs + 1, s.shape[1]), min(fb_docs, s.shape[1])  # a corpus may be smaller
+        tied = ((s[:, 1:head] == s[:, :head - 1]) & valid[:, 1:head]).any(axis=1)
+        docs[lo:lo + len(s), :width] = np.where(valid[:, :width], d[:, :width], -1)
+        scores[lo:lo + len(s), :width] = np.where(valid[:, :width], s[:, :width], 0)
+        for r in np.flatnonzero(tied).tolist():
+            n = int(valid[r].sum())
+            ids = [retriever.doc_ids[i] for i in d[r, :n].tolist()]
+            best = sorted(range(n), key=lambda i: (-float(s[r, i]), ids[i]))[:fb_docs]
+            docs[lo + r, :len(best)] = d[r, best]
+            scores[lo + r, :len(best)] = s[r, best]
+    return docs, scores
 
 
 def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int = RM3_FB_DOCS, fb_terms: int = 10,
                            orig_weight: float = RM3_ORIG_WEIGHT, max_df_ratio: float = 0.1, filter_terms: bool = True,
-                           num_docs: int | None = None, chunk: int = RM3_CHUNK
-                           ) -> tuple[list[list[int]], list[list[float]]]:
+                           num_docs: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
     """RM3 as Anserini's ``Rm3Reranker`` (Pyserini's ``set_rm3()`` defaults) computes it, as (term ids, weights)
     per query text, for ``Retriever.search``. Meant for the Lucene-parity index (``configs/*-anserini.yaml``),
     where the first pass and the final BM25 are Lucene's; ``rm3_expansion`` (the ``rm3`` baseline) is unchanged.
@@ -99,71 +143,37 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     ``num_docs``: the index's document count of the 10 % rule (Lucene's ``numDocs``: Anserini does not index a
     blank document); default the documents with at least one token, which differs only where a document has
     words but only stopwords. Checked against Pyserini 1.6.0 (benchmarks/rm3_parity.py): the same expanded query,
-    terms and weights, for every test query of SciFact and NFCorpus. Pure Python per query (about 3 ms each): for
-    the test splits, not for WikiCAR's train split. ``chunk``: queries per first-pass batch (no number changes).
+    terms and weights, for every test query of SciFact and NFCorpus. RM1 is one compiled pass over the feedback
+    documents' term arrays (``kernels.rm3_relevance_models``); what is left per query in Python is its own words.
     """
     vocab, corpus = retriever.vocab, retriever.corpus
     if num_docs is None:
         num_docs = int(np.count_nonzero(corpus.doc_len))
-    df = retriever.index.document_frequency()
-    terms_of = list(vocab.terms)  # every term is read below, twice: decoded once
-    # which terms a document vector may hold, and each one's place in Java's String order (the ties of a pruning):
-    # once per call, so that a document's vector is a few array operations, however long the document
-    eligible = (df.astype(np.float32) / np.float32(max(num_docs, 1))) <= np.float32(max_df_ratio)
-    eligible &= np.fromiter((2 <= len(t) <= 20 and (not filter_terms or _ALNUM.fullmatch(t) is not None)
-                             for t in terms_of), dtype=bool, count=len(terms_of))
-    string_rank = np.zeros(len(terms_of), np.int64)
-    kept = np.flatnonzero(eligible)
-    string_rank[kept[np.argsort(np.array([terms_of[t] for t in kept.tolist()], dtype=object), kind="stable")]] = \
-        np.arange(len(kept))
+    eligible, rank = _anserini_term_table(vocab.terms, retriever.index.document_frequency(), num_docs,
+                                          max_df_ratio, filter_terms)
     tokens = [retriever.analyzer.tokenize(t) for t in texts]
-    query_ids = vocab.encode_many(tokens)
-    depth = max(fb_docs, ANSERINI_RERANK_CUTOFF)
-    doc_ids = retriever.doc_ids
+    fb_idx, fb_scores = _feedback_documents(retriever, vocab.encode_many(tokens), fb_docs)
+    rm_terms = np.full((len(texts), fb_terms), -1, np.int64)
+    rm_weights = np.zeros((len(texts), fb_terms), np.float32)
+    kernels.rm3_relevance_models(corpus.indptr, corpus.terms, corpus.tf, eligible, rank, fb_idx, fb_scores,
+                                 fb_terms, rm_terms, rm_weights)
+    words = list(dict.fromkeys(t for q in tokens for t in q))
+    id_of = dict(zip(words, vocab.ids.positions(words).tolist()))
     out_terms: list[list[int]] = []
     out_weights: list[list[float]] = []
     for q in range(len(texts)):
-        if q % chunk == 0:
-            ranking = retriever.rankings(query_ids[q:q + chunk], depth)
-            all_scores, all_docs = key_scores(ranking).numpy(), key_docs(ranking).numpy()
-            valid = ranking.numpy() >= 0
-        r = q % chunk
-        hits = [(float(s), str(doc_ids[d]), int(d)) for s, d, ok in zip(all_scores[r], all_docs[r], valid[r]) if ok]
-        hits.sort(key=lambda h: (-h[0], h[1]))
-        vectors: list[tuple[np.ndarray, np.ndarray]] = []  # per document: its pruned terms, their counts (float32)
-        scores: list[np.float32] = []
-        for hit_score, _, d in hits[:fb_docs]:
-            lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
-            ids = np.asarray(corpus.terms[lo:hi], dtype=np.int64)
-            tf = np.asarray(corpus.tf[lo:hi], dtype=np.int64)
-            keep = eligible[ids]
-            ids, tf = ids[keep], tf[keep]
-            top = np.lexsort((string_rank[ids], -tf))[:fb_terms]  # the most frequent, ties by the term
-            vectors.append((ids[top], tf[top].astype(np.float32)))
-            scores.append(np.float32(hit_score))
-        # counts are whole numbers: their sum is exact in any order
-        norms = [np.float32(float(tf.sum(dtype=np.float64))) for _, tf in vectors]
-        fb_ids = np.unique(np.concatenate([ids for ids, _ in vectors])) if vectors else np.zeros(0, np.int64)
-        weight = np.zeros(len(fb_ids), np.float32)
-        for (ids, tf), norm, doc_score in zip(vectors, norms, scores):
-            if norm > np.float32(0.001):  # each step rounded to float as Java's does, document by document
-                v = np.zeros(len(fb_ids), np.float32)
-                v[np.searchsorted(fb_ids, ids)] = tf
-                weight = weight + (v / norm) * doc_score
-        rm: dict[str, np.float32] = {terms_of[t]: w for t, w in zip(fb_ids.tolist(), weight)}
-        rm = _prune(rm, fb_terms)
-        if rm and sum(float(v) for v in rm.values()) > 0:
-            rm = _unit_l1(rm)
-        qfv: dict[str, np.float32] = {}
+        counts: dict[str, int] = {}
         for t in tokens[q]:
-            qfv[t] = np.float32(qfv.get(t, np.float32(0.0)) + np.float32(1.0))
-        if qfv:
-            qfv = _unit_l1(qfv)
+            counts[t] = counts.get(t, 0) + 1
+        n = len(tokens[q])  # the query vector's L1 norm: its counts are whole numbers
+        rm = {t: w for t, w in zip(rm_terms[q].tolist(), rm_weights[q].tolist()) if t >= 0}
         weights: dict[int, float] = {}
-        for term in {**qfv, **rm}:
-            w = np.float32(orig_weight * float(qfv.get(term, 0.0)) + (1.0 - orig_weight) * float(rm.get(term, 0.0)))
-            tid = vocab.ids.get(term)
-            if tid is not None and w > 0:
+        # the query's words first, in order of appearance, then RM1's other terms in pruned order (Java's map)
+        query = [(id_of[t], float(np.float32(c / n))) for t, c in counts.items()]
+        in_query = {tid for tid, _ in query}
+        for tid, qv in query + [(t, 0.0) for t in rm if t not in in_query]:
+            w = np.float32(orig_weight * qv + (1.0 - orig_weight) * rm.get(tid, 0.0))
+            if tid >= 0 and w > 0:
                 weights[tid] = float(w)
         out_terms.append(list(weights))
         out_weights.append(list(weights.values()))
