@@ -71,7 +71,8 @@ def _anserini_term_table(terms: Strings, df: np.ndarray, num_docs: int, max_df_r
     string order (and Java's for these terms); they break the ties of a pruning."""
     buf = np.frombuffer(terms.buf, np.uint8)
     ends = np.asarray(terms.ends, np.int64)
-    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    starts = np.zeros_like(ends)
+    starts[1:] = ends[:-1]
 
     def per_term(flags: np.ndarray) -> np.ndarray:  # how many bytes of each term have the flag
         cum = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
