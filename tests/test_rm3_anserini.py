@@ -135,6 +135,9 @@ def test_equal_to_the_per_query_reference_with_ties(filter_terms):
     want = _reference(r, queries, max_df_ratio=0.5, filter_terms=filter_terms)
     assert got == want
     assert sum(len(t) > len(set(r.encode([q])[0])) for t, q in zip(got[0], queries)) > 100  # feedback terms came
+    # no feedback terms asked for: the query's own words, weighted as RM3 weighs them
+    assert rm3_anserini_expansion(r, queries[:30], fb_terms=0, max_df_ratio=0.5, filter_terms=filter_terms) == \
+        _reference(r, queries[:30], fb_terms=0, max_df_ratio=0.5, filter_terms=filter_terms)
 
 
 def _synthetic(n: int = 300, seed: int = 5) -> list[str]:

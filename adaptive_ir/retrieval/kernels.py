@@ -367,6 +367,8 @@ def _ahead(v, r, t, v2, r2, t2) -> bool:
 def _keep_best(n, cap, t, v, r, best_t, best_v, best_r):
     """Insert term ``t`` (value ``v``, rank ``r``) into the ``n`` best so far (``best_*``, in ``_ahead`` order),
     keeping at most ``cap``; returns the new count."""
+    if cap == 0:
+        return 0
     if n == cap:
         if not _ahead(v, r, t, best_v[n - 1], best_r[n - 1], best_t[n - 1]):
             return n
@@ -405,8 +407,7 @@ def top_terms(indptr, indices, data, has_order, order_ptr, order_terms, num_term
             r = t
             if has_order[q]:
                 r = pos[t] if pos[t] >= 0 else np.int64(distinct)
-            if cap:
-                n = _keep_best(n, cap, t, data[p], r, best_t, best_v, best_r)
+            n = _keep_best(n, cap, t, data[p], r, best_t, best_v, best_r)
         if has_order[q]:
             for i in range(order_ptr[q], order_ptr[q + 1]):
                 pos[order_terms[i]] = -1

@@ -153,13 +153,14 @@ def rm3_anserini_expansion(retriever: Retriever, texts: list[str], fb_docs: int 
     eligible, rank = _anserini_term_table(vocab.terms, retriever.index.document_frequency(), num_docs,
                                           max_df_ratio, filter_terms)
     tokens = [retriever.analyzer.tokenize(t) for t in texts]
-    fb_idx, fb_scores = _feedback_documents(retriever, vocab.encode_many(tokens), fb_docs)
+    words = list(dict.fromkeys(t for q in tokens for t in q))
+    id_of = dict(zip(words, vocab.ids.positions(words).tolist()))  # one lookup of each distinct word, -1: none
+    query_ids = [[id_of[t] for t in q if id_of[t] >= 0] for q in tokens]  # what ``vocab.encode_many`` gives
+    fb_idx, fb_scores = _feedback_documents(retriever, query_ids, fb_docs)
     rm_terms = np.full((len(texts), fb_terms), -1, np.int64)
     rm_weights = np.zeros((len(texts), fb_terms), np.float32)
     kernels.rm3_relevance_models(corpus.indptr, corpus.terms, corpus.tf, eligible, rank, fb_idx, fb_scores,
                                  fb_terms, rm_terms, rm_weights)
-    words = list(dict.fromkeys(t for q in tokens for t in q))
-    id_of = dict(zip(words, vocab.ids.positions(words).tolist()))
     out_terms: list[list[int]] = []
     out_weights: list[list[float]] = []
     for q in range(len(texts)):
