@@ -558,6 +558,25 @@ def test_semantic_feedback_reranks_bm25_documents():
     w, i = fb.rerank(query, scores, idx, k=4)
     assert i[0, :3].tolist() == [3, 1, 0] and w.tolist() == [[1.0, 1.0, 1.0, 0.0]]  # the filler weighs 0
 
+def test_semantic_feedback_shared_documents_read_once_rank_as_pairs():
+    """Queries that share their BM25 documents (a small collection) are re-ranked by one matrix product over the
+    distinct documents; one query at a time, every (query, document) pair is compared: the same choice."""
+    from adaptive_ir.retrieval.feedback import SemanticFeedback
+
+    rng = np.random.default_rng(0)
+    docs = rng.normal(size=(40, 8)).astype(np.float16)
+    fb = SemanticFeedback(docs, depth=30, identity={"model": "random"})
+    queries = rng.normal(size=(50, 8)).astype(np.float32)
+    idx = np.stack([rng.permutation(40)[:30] for _ in range(50)])
+    scores = np.where(rng.random((50, 30)) < 0.1, 0.0, 1.0).astype(np.float32)
+    shared_w, shared_i = fb.rerank(queries, scores, idx, k=6)  # 1,500 pairs over 40 documents: one product
+    pairs_w, pairs_i = fb.rerank(queries, scores, idx, k=6, chunk=1)  # 30 distinct documents: compared in pairs
+    assert np.array_equal(shared_i, pairs_i) and np.array_equal(shared_w, pairs_w)
+    sim = np.einsum("qd,qkd->qk", queries, docs[idx].astype(np.float32))
+    sim[scores <= 0] = -np.inf
+    assert np.array_equal(shared_i, np.take_along_axis(idx, np.argsort(-sim, 1, kind="stable")[:, :6], 1))
+
+
 
 def test_miner_with_semantic_feedback_mines_the_reranked_documents():
     from adaptive_ir.mining.candidates import CandidateMiner

@@ -157,7 +157,7 @@ class SemanticFeedback:
         self.identity = identity
 
     def rerank(self, query_vectors: np.ndarray, bm25_scores: np.ndarray, bm25_idx: np.ndarray, k: int,
-               chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+               chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """(weights, doc indices), both (Q, k): the k most similar of each query's BM25 documents, weight 1
         (0 for padding where BM25 matched fewer than k documents)."""
         k = min(k, bm25_idx.shape[1])
@@ -166,13 +166,26 @@ class SemanticFeedback:
         for lo in range(0, len(bm25_idx), chunk):
             idx = torch.as_tensor(bm25_idx[lo:lo + chunk])
             q = torch.as_tensor(query_vectors[lo:lo + chunk], dtype=torch.float32)
-            sim = torch.einsum("qd,qkd->qk", q, self.doc_vectors[idx].float())
+            sim = self._similarities(q, idx)
             # documents that match no query word are topk's filler, not BM25 results
             sim = sim.masked_fill(torch.as_tensor(bm25_scores[lo:lo + chunk]) <= 0, -torch.inf)
             best, pos = torch.topk(sim, k, dim=1)
             out_i[lo:lo + chunk] = torch.gather(idx, 1, pos).numpy()
             out_w[lo:lo + chunk] = torch.isfinite(best).numpy()
         return out_w, out_i
+
+    def _similarities(self, q: torch.Tensor, idx: torch.Tensor, rows_per_gather: int = 64_000) -> torch.Tensor:
+        """(Q, depth) cosines of each query to its BM25 documents. Where the queries share most of their documents
+        (a small collection: SciFact's 5,183 documents under 256 queries × 1,000), each distinct document's vector
+        is read once and the cosines are one matrix product, gathered: gathering every (query, document) pair's
+        vector was 0.76 ms a query, a quarter of ``reformulate``'s time. Otherwise the pairs, a few queries at a
+        time (64,000 float32 vectors: 98 MB)."""
+        docs, where = torch.unique(idx, return_inverse=True)
+        if len(docs) * 4 <= idx.numel():
+            return torch.gather(q @ self.doc_vectors[docs].float().T, 1, where)
+        step = max(1, rows_per_gather // max(1, idx.shape[1]))
+        return torch.cat([torch.einsum("qd,qkd->qk", q[i:i + step], self.doc_vectors[idx[i:i + step]].float())
+                          for i in range(0, len(idx), step)])
 
 
 def feedback_documents(retriever: Retriever, query_terms: list[list[int]], k: int,

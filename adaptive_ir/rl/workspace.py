@@ -235,7 +235,10 @@ class Workspace:
 
     def candidates(self, name: str, texts: list[str], query_terms: list[list[int]],
                    cache: bool = True) -> CandidateSet:
-        vectors = None if self.feedback is None else self.feedback_vectors(texts, store=cache)
+        vectors = None
+        if self.feedback is not None:
+            with self.phases(f"embed {name}", f"embed {len(texts)} queries for the feedback ({name})"):
+                vectors = self.feedback_vectors(texts, store=cache)
         cache_dir = self.cfg.cache_path_dir if cache and self.cfg.candidate_mining.cache_enabled else None
         with self.phases(f"mine {name}", f"mine candidates ({name}, {len(query_terms)} queries)"):
             return mine_cached(self.miner, query_terms, cache_dir, name, vectors)
