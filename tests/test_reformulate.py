@@ -136,6 +136,28 @@ def test_a_rewrite_started_from_rm3_shows_and_searches_the_rm3_terms(trained):
                 assert float(lucene[vocab[i]]) == pytest.approx(wi, rel=1e-3)
 
 
+def test_expansion_scale_searches_every_added_term_scaled_under_the_same_spec(trained):
+    # an application setting: the policy chooses among its levels as trained; what is searched (and written in the
+    # rewrite's Lucene form) is each level times the scale
+    import dataclasses
+
+    from adaptive_ir.artifacts.spec import policy_spec
+
+    cfg, trainer = trained
+    scaled = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, expansion_scale=1.5))
+    assert scaled.retrieval.levels == tuple(1.5 * w for w in cfg.retrieval.levels) != cfg.retrieval.levels
+    ws = Workspace(scaled, torch.device("cpu"), progress=False)
+    assert policy_spec(scaled, ws) == policy_spec(cfg, ws)
+    _, texts, _ = ws.collection.split("test")
+    out = Reformulator(scaled, ws, trainer.agent, trainer.amp).reformulate(texts[:8], top_docs=0)
+    added = [(x["term"], x["weight"]) for r in out for x in r["added_terms"]]
+    assert added and all(any(w == pytest.approx(1.5 * level) for level in cfg.retrieval.levels) for _, w in added)
+    for r in out:
+        for x in r["added_terms"]:
+            if x["term"] not in r["text"].split():
+                assert f"{x['term']}^1.5" in r["lucene_query"].split()
+
+
 def test_oracle_never_lowers_the_reward_and_bounds_the_agent(trained):
     cfg, trainer = trained
     ws = Workspace(cfg, torch.device("cpu"), progress=False)  # the collection the agent was trained on

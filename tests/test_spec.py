@@ -86,6 +86,18 @@ def test_resume_and_reformulate_go_through_the_same_check(trained, tmp_path):
         main(["reformulate", "--checkpoint", str(tmp_path / "other.pt"), "--device", "cpu", "--debug", "q"])
 
 
+def test_a_policy_applied_with_scaled_weights_still_fits(trained, capsys):
+    # retrieval.expansion_scale changes what is searched, not what the policy chooses among: no spec difference;
+    # other weights to choose among are one
+    _, ckpt = trained
+    rc, _ = run_cli(capsys, "evaluate", "--config", "quickstart", "--checkpoint", str(ckpt), "--split", "dev",
+                    *TINY_SET, "--set", "retrieval.expansion_scale=1.5")
+    assert rc == 0
+    rc, err = run_cli(capsys, "evaluate", "--config", "quickstart", "--checkpoint", str(ckpt), "--split", "dev",
+                      *TINY_SET, "--set", "retrieval.expansion_weight=1.5")
+    assert_clean_error(rc, err, str(ckpt), "does not fit this setup", "levels: checkpoint [1.0] vs this setup [1.5]")
+
+
 def test_check_fits_names_every_key_and_skips_what_an_old_checkpoint_lacks():
     spec = {"rl_agent.hidden_dim": 64, "features": ["a", "b"], "embedding_dim": 8}
     with pytest.raises(CheckpointError) as e:

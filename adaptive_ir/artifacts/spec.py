@@ -51,10 +51,10 @@ def _spec(cfg: Config, embedder: Any) -> dict[str, Any]:
     from adaptive_ir.config import config_to_dict
 
     cm = cfg.candidate_mining
-    names = feature_names(cm.methods, cm.stem_variants, cfg.retrieval.levels if cm.effect_preview else None)
+    names = feature_names(cm.methods, cm.stem_variants, cfg.retrieval.action_levels if cm.effect_preview else None)
     return {"format": SPEC_FORMAT, **_config_part(config_to_dict(cfg)), "embedder": embedder.identity,
             "embedding_dim": embedder.dim, "features": names, "agent_features": agent_feature_names(names),
-            "levels": list(cfg.retrieval.levels),
+            "levels": list(cfg.retrieval.action_levels),
             "query_features": list(QUERY_FEATURES) if cfg.retrieval.start == "choose" else []}
 
 

@@ -217,6 +217,11 @@ class RetrievalConfig:
     """Weights the agent chooses among for each term it adds: an action is (candidate, weight), so a strong term
     can go in at a high weight and a risky one at a low weight. None: expansion_weight for every term. The baselines
     (oracle, fixed rules) search the same (candidate, weight) space."""
+    expansion_scale: PosFloat = 1.0
+    """Every added term's weight times this where it is searched: a setting a trained policy is applied with (it
+    still chooses among the same expansion_weights, its spec's levels), chosen on dev where it is applied unlike it
+    was trained (e.g. other feedback documents). The oracle and the fixed rules search the same scaled weights; the
+    effect preview, a policy input, stays that of the unscaled ones."""
     expansion_weighting: Literal["uniform", "score"] = "uniform"
     """uniform: every added term weighs expansion_weight; score: expansion_weight × the term's mean normalised
     miner score (in (0, 1]), so strong feedback terms weigh more, as in RM3."""
@@ -234,9 +239,14 @@ class RetrievalConfig:
     evaluation (``rl/selector.py``)."""
 
     @property
-    def levels(self) -> tuple[float, ...]:
-        """The weights an added term may take (the action's second part)."""
+    def action_levels(self) -> tuple[float, ...]:
+        """The weights an action chooses among (its second part), as the policy's spec records them."""
         return tuple(self.expansion_weights) if self.expansion_weights else (self.expansion_weight,)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The weights an added term is searched with: ``action_levels`` times ``expansion_scale``."""
+        return tuple(w * self.expansion_scale for w in self.action_levels)
 
 
 @dataclass

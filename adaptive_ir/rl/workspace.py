@@ -173,7 +173,7 @@ class Workspace:
                                     cm.min_score, cm.top_k_per_method, cfg.system.num_workers,
                                     stem_variants=cm.stem_variants, feedback=self.feedback, progress=progress,
                                     first_k=rc.reward_k + 1,  # the env's starting rankings, the excluded doc too
-                                    preview_levels=rc.levels if cm.effect_preview else None, preview_k=rc.reward_k,
+                                    preview_levels=rc.action_levels if cm.effect_preview else None, preview_k=rc.reward_k,
                                     preview_by_score=rc.expansion_weighting == "score")
 
     def _load_embedder(self) -> None:
