@@ -13,6 +13,7 @@ from pathlib import Path
 from adaptive_ir.artifacts.spec import SPEC_FORMAT
 from adaptive_ir.common.errors import CheckpointError
 from adaptive_ir.common.io import atomic_write_bytes, atomic_write_json, sha256
+from adaptive_ir.config import Config, config_to_dict
 from adaptive_ir.config.stages import STAGE_DESCRIPTIONS, stage_named
 
 WEIGHTS, SPEC, CARD = "policy.safetensors", "policy.json", "README.md"
@@ -106,9 +107,10 @@ def model_card(meta: dict) -> str:
     also_ids = "".join(f"; `{a['name']}`: corpus sha256 `{a.get('corpus_sha256')}`" for a in also)
     made = f"\n- **Command** (from the run's folder `{run.get('dir')}`): `{command}`" if command else ""
     notes = []
+    defaults = config_to_dict(Config())  # what a key newer than the stored config was trained with
     for key, value in (meta.get("apply") or {}).items():
         section, setting = key.split(".", 1)
-        trained = cfg.get(section, {}).get(setting)
+        trained = cfg.get(section, {}).get(setting, defaults.get(section, {}).get(setting))
         notes.append(f"`{key}={value}` " + (f"(trained with `{trained}`)" if trained is not None else "(unset in training)"))
     applied_with = ("\n- **Applied with**: " + ", ".join(notes) + " wherever it is applied (`evaluate`/`reformulate "
                     "--policy`, `Reformulator.from_pretrained`); `--set` the trained value to apply it as it was trained."
