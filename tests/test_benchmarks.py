@@ -316,3 +316,34 @@ def test_effect_preview_benchmark_checks_both_readings_agree(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["equal"] and d["settings"]["queries"] > 0 and d["mine_bounded_s"] > 0 and d["mine_every_posting_s"] > 0
+
+
+def test_select_after_training_script_fits_on_train_and_judges_dev(tmp_path):
+    # the agent's and RM3's columns are the means `evaluate` reports for the same runs; a selector's choice per query
+    # lies between the two runs, so its mean is at most the per-query better's
+    from test_reliability import write_beir_from_default
+
+    folders = [write_beir_from_default(tmp_path / name) for name in ("one", "two")]
+    runs, means = tmp_path / "runs", {}
+    for folder in folders:
+        for split in ("train", "dev"):
+            out = runs / f"{folder.name}-{split}"
+            proc = subprocess.run([sys.executable, "-m", "adaptive_ir.cli", "evaluate", "--policy", "general",
+                                   "--data-dir", str(folder), "--split", split, "--baselines", "--device", "cpu",
+                                   "--no-progress", "--run-dir", str(out), "--json", f"{out}.json"],
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            means[f"{folder.name} {split}"] = json.loads(Path(f"{out}.json").read_text())
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "select_after_training.py"), "--policy", "general",
+                           "--runs", str(runs), *map(str, folders)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.strip("|").split("|") for line in proc.stdout.splitlines()[2:]]
+    assert len(rows) == 4
+    for name, agent, rm3, best, pooled, left_out in rows:
+        expect = means[name.strip().rsplit(" (", 1)[0]]
+        assert float(agent) == pytest.approx(expect["agent"]["R@40"], abs=1e-4)
+        assert float(rm3) == pytest.approx(expect["rm3-anserini"]["R@40"], abs=1e-4)
+        assert float(best) >= max(float(agent), float(rm3)) - 1e-9
+        for chosen in (pooled, left_out):
+            assert float(chosen.split()[0]) <= float(best) + 1e-9
