@@ -1,6 +1,6 @@
 """A start selector fitted after training: per query, a policy's rewrite as it is or Anserini's RM3 as it is.
 
-The selector of ``retrieval.start: choose`` (``rl.selector.fit_logistic``: a logistic regression on the query
+The selector of ``retrieval.start: choose`` (``rl.selector.fit_gains``: a logistic regression on the query
 features of ``mining.query_features``, each query weighted by the R@40 at stake) fitted on the train splits'
 outcomes of an existing policy, with no training, and judged on the dev splits: pooled over every collection
 given, and with each collection's own train queries left out (what a collection never seen would get). The
@@ -22,8 +22,7 @@ from ir_measures import parse_measure
 
 from adaptive_ir.evaluation.metrics import per_query, read_trec_run
 from adaptive_ir.inference.reformulate import Reformulator
-from adaptive_ir.rl.selector import fit_logistic
-from adaptive_ir.rl.workspace import rm3_choice_cached
+from adaptive_ir.rl.selector import fit_gains
 
 SPLITS = ("train", "dev")
 RUNS = ("agent", "rm3-anserini")
@@ -36,7 +35,7 @@ def outcomes(policy: str, folder: Path, runs: Path) -> dict[str, tuple[np.ndarra
     for split in SPLITS:
         ref.ws.load_split(split)
         qids, texts, qrels = ref.ws.collection.split(split)
-        _, feats = rm3_choice_cached(ref.ws.retriever, list(texts), ref.ws.retriever.encode(list(texts)), None)
+        _, _, feats = ref.ws.rm3_choice(list(texts), ref.ws.retriever.encode(list(texts)), store=False)
         r40 = np.stack([per_query(qrels, read_trec_run(runs / f"{folder.name}-{split}" / f"{split}.{name}.trec"),
                                   [parse_measure("R@40")], qids)["R@40"] for name in RUNS], 1)
         out[split] = (feats.astype(np.float64), r40)
@@ -45,9 +44,7 @@ def outcomes(policy: str, folder: Path, runs: Path) -> dict[str, tuple[np.ndarra
 
 def fit(data: dict, names: list[str]):
     x = np.concatenate([data[n]["train"][0] for n in names])
-    gain = np.concatenate([data[n]["train"][1][:, 1] - data[n]["train"][1][:, 0] for n in names])
-    decided = np.abs(gain) > 1e-9
-    return fit_logistic(x[decided], (gain[decided] > 0).astype(np.float64), np.abs(gain[decided]))
+    return fit_gains(x, np.concatenate([data[n]["train"][1][:, 1] - data[n]["train"][1][:, 0] for n in names]))
 
 
 def main() -> None:

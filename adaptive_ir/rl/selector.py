@@ -93,6 +93,16 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = L2, it
     return beta[:-1], float(beta[-1]), mean, scale
 
 
+def fit_gains(x: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """(weights, bias, mean, scale) of the selector for queries with features ``x`` (Q, G) and ``gain`` (Q,), what
+    RM3's start reaches minus what the query's does: the logistic regression on the queries where the start
+    matters, each weighted by what is at stake; where one start is never worse, a constant forcing it."""
+    decided = np.abs(gain) > 1e-9
+    if decided.sum() < 2 or len(set((gain[decided] > 0).tolist())) < 2:
+        return np.zeros(x.shape[1]), FORCE if gain.sum() > 0 else -FORCE, np.zeros(x.shape[1]), np.ones(x.shape[1])
+    return fit_logistic(x[decided], (gain[decided] > 0).astype(np.float64), np.abs(gain[decided]))
+
+
 def fit_selector(agent: Agent, amp: AmpContext, parts: Sequence[tuple[ReformulationEnv, object, torch.Tensor]],
                  batch: int) -> dict[str, float]:
     """Fit ``agent``'s selector on the train queries of ``parts`` ((scored env, its embedding tables, query
@@ -105,14 +115,8 @@ def fit_selector(agent: Agent, amp: AmpContext, parts: Sequence[tuple[Reformulat
         feats.append(env.qs.query_feats[qidx.to(env.device)].float().cpu().numpy().astype(np.float64))
         gains.append(from_rm3 - from_query)
     x, gain = np.concatenate(feats), np.concatenate(gains)
-    decided = np.abs(gain) > 1e-9
     sel = selector_of(agent)
-    if decided.sum() < 2 or len(set((gain[decided] > 0).tolist())) < 2:
-        _set(sel, np.zeros(x.shape[1]), FORCE if gain.sum() > 0 else -FORCE)  # one start is never worse
-    else:
-        weight, bias, mean, scale = fit_logistic(x[decided], (gain[decided] > 0).astype(np.float64),
-                                                 np.abs(gain[decided]))
-        _set(sel, weight, bias, mean, scale)
+    _set(sel, *fit_gains(x, gain))
     with torch.no_grad():
         switch = (sel(torch.as_tensor(x, dtype=torch.float32)) > 0).numpy()
     return {"queries": float(len(x)), "rm3_better": float((gain > 1e-9).sum()),
@@ -132,4 +136,4 @@ def fitted_selector(agent: Agent, amp: AmpContext, parts: Sequence[tuple[Reformu
         reset_selector(selector_of(agent))
 
 
-__all__ = ["fit_logistic", "fit_selector", "fitted_selector", "reset_selector", "selector_of", "start_outcomes"]
+__all__ = ["fit_gains", "fit_logistic", "fit_selector", "fitted_selector", "reset_selector", "selector_of", "start_outcomes"]
