@@ -18,10 +18,12 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+import torch
 from ir_measures import parse_measure
 
 from adaptive_ir.evaluation.metrics import per_query, read_trec_run
 from adaptive_ir.inference.reformulate import Reformulator
+from adaptive_ir.rl.policy import StartSelector
 from adaptive_ir.rl.selector import fit_gains
 
 SPLITS = ("train", "dev")
@@ -42,9 +44,12 @@ def outcomes(policy: str, folder: Path, runs: Path) -> dict[str, tuple[np.ndarra
     return out
 
 
-def fit(data: dict, names: list[str]):
+def fit(data: dict, names: list[str]) -> StartSelector:
+    """The selector fitted on the train queries of the collections ``names``."""
     x = np.concatenate([data[n]["train"][0] for n in names])
-    return fit_gains(x, np.concatenate([data[n]["train"][1][:, 1] - data[n]["train"][1][:, 0] for n in names]))
+    sel = StartSelector(x.shape[1])
+    fit_gains(sel, x, np.concatenate([data[n]["train"][1][:, 1] - data[n]["train"][1][:, 0] for n in names]))
+    return sel
 
 
 def main() -> None:
@@ -64,8 +69,8 @@ def main() -> None:
             x, r40 = data[n][split]
             cells = []
             for model in (models["pooled"], models[n]):
-                weight, bias, mean, scale = model
-                switch = ((x - mean) / scale) @ weight + bias > 0
+                with torch.no_grad():
+                    switch = (model(torch.as_tensor(x, dtype=torch.float32)) > 0).numpy()
                 cells.append(f"{np.where(switch, r40[:, 1], r40[:, 0]).mean():.4f} ({switch.mean():.0%} switched)")
             print(f"| {n} {split} ({len(x)}) | {r40[:, 0].mean():.4f} | {r40[:, 1].mean():.4f} | "
                   f"{r40.max(1).mean():.4f} | {cells[0]} | {cells[1]} |")

@@ -558,6 +558,7 @@ def test_semantic_feedback_reranks_bm25_documents():
     w, i = fb.rerank(query, scores, idx, k=4)
     assert i[0, :3].tolist() == [3, 1, 0] and w.tolist() == [[1.0, 1.0, 1.0, 0.0]]  # the filler weighs 0
 
+
 def test_semantic_feedback_shared_documents_read_once_rank_as_pairs():
     """Queries that share their BM25 documents (a small collection) are re-ranked by one matrix product over the
     distinct documents; one query at a time, every (query, document) pair is compared: the same choice."""
@@ -575,7 +576,6 @@ def test_semantic_feedback_shared_documents_read_once_rank_as_pairs():
     sim = np.einsum("qd,qkd->qk", queries, docs[idx].astype(np.float32))
     sim[scores <= 0] = -np.inf
     assert np.array_equal(shared_i, np.take_along_axis(idx, np.argsort(-sim, 1, kind="stable")[:, :6], 1))
-
 
 
 def test_miner_with_semantic_feedback_mines_the_reranked_documents():

@@ -93,14 +93,15 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = L2, it
     return beta[:-1], float(beta[-1]), mean, scale
 
 
-def fit_gains(x: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
-    """(weights, bias, mean, scale) of the selector for queries with features ``x`` (Q, G) and ``gain`` (Q,), what
-    RM3's start reaches minus what the query's does: the logistic regression on the queries where the start
-    matters, each weighted by what is at stake; where one start is never worse, a constant forcing it."""
+def fit_gains(sel: StartSelector, x: np.ndarray, gain: np.ndarray) -> None:
+    """Fit ``sel`` in place to queries with features ``x`` (Q, G) and ``gain`` (Q,), what RM3's start reaches minus
+    what the query's does: the logistic regression on the queries where the start matters, each weighted by what
+    is at stake; where one start is never worse, a constant forcing it."""
     decided = np.abs(gain) > 1e-9
     if decided.sum() < 2 or len(set((gain[decided] > 0).tolist())) < 2:
-        return np.zeros(x.shape[1]), FORCE if gain.sum() > 0 else -FORCE, np.zeros(x.shape[1]), np.ones(x.shape[1])
-    return fit_logistic(x[decided], (gain[decided] > 0).astype(np.float64), np.abs(gain[decided]))
+        _set(sel, np.zeros(x.shape[1]), FORCE if gain.sum() > 0 else -FORCE)
+    else:
+        _set(sel, *fit_logistic(x[decided], (gain[decided] > 0).astype(np.float64), np.abs(gain[decided])))
 
 
 def fit_selector(agent: Agent, amp: AmpContext, parts: Sequence[tuple[ReformulationEnv, object, torch.Tensor]],
@@ -116,7 +117,7 @@ def fit_selector(agent: Agent, amp: AmpContext, parts: Sequence[tuple[Reformulat
         gains.append(from_rm3 - from_query)
     x, gain = np.concatenate(feats), np.concatenate(gains)
     sel = selector_of(agent)
-    _set(sel, *fit_gains(x, gain))
+    fit_gains(sel, x, gain)
     with torch.no_grad():
         switch = (sel(torch.as_tensor(x, dtype=torch.float32)) > 0).numpy()
     return {"queries": float(len(x)), "rm3_better": float((gain > 1e-9).sum()),
