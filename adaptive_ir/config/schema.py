@@ -107,7 +107,8 @@ class EmbeddingsConfig:
     """Must stay true to mean what it says: the embedding tables are precomputed data shared by train, dev and test,
     never fine-tuned. False (the seed's value) is reported when training starts, and the tables stay fixed."""
     batch_size: Count = 256
-    """Texts encoded per batch when precomputing embeddings (on the CPU at most 32: faster there)."""
+    """Texts encoded per batch when precomputing embeddings (on the CPU also at most 2,048 padded tokens a batch:
+    faster there)."""
     precision: Literal["auto", "float32", "bfloat16"] = "auto"
     """Arithmetic of the sentence-transformers models (the policy's and the semantic feedback's) on the CPU: bfloat16
     runs their matrix products in bfloat16 under torch.autocast (vectors at cosine 0.9999 to float32's; 2.8x faster
