@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -333,3 +334,70 @@ def test_memo_embedder_reuses_the_last_list_and_single_words():
     assert inner.calls[-1] == ["dog", "cat"] and b.tolist() == [[3, 0], [3, 0], [3, 0]]
     assert list(memo.words) == ["dog", "cat"]  # capacity 2: least recently used dropped; phrases never kept
     assert memo.dim == 2 and memo.encoded == 4 and memo.reused == 3
+
+
+def test_memo_store_keeps_words_across_runs(tmp_path):
+    import numpy as np
+
+    from adaptive_ir.inference.memo import MemoEmbedder
+
+    class Fake:
+        dim = 2
+
+        def __init__(self):
+            self.calls = []
+
+        def encode(self, texts):
+            self.calls.append(list(texts))
+            return np.array([[len(t), t.count("o")] for t in texts], np.float32)
+
+    store = tmp_path / "words"
+    first = MemoEmbedder(Fake(), store=store)
+    first.encode(["a fox", "fox", "dog"])
+    first.save()
+    assert sorted(np.load(store / "words.npy").tolist()) == ["dog", "fox"]  # phrases never kept
+    writer = MemoEmbedder(Fake(), store=store)  # another run, meanwhile
+    assert writer.stored == 2
+    writer.encode(["owl"])
+    writer.save()
+    inner = Fake()
+    second = MemoEmbedder(inner, store=store)
+    assert second.stored == 3
+    out = second.encode(["fox", "cat", "owl"])
+    assert inner.calls == [["cat"]] and out.tolist() == [[3, 1], [3, 0], [3, 1]]
+    first.encode(["emu"])
+    first.save()  # merged with owl, which this run never met
+    assert sorted(np.load(store / "words.npy").tolist()) == ["dog", "emu", "fox", "owl"]
+    small = MemoEmbedder(Fake(), capacity=2, store=store)
+    assert list(small.words) == ["dog", "emu"]  # the two used last: first's save put owl before its own words
+    unused = MemoEmbedder(Fake(), store=tmp_path / "unused")
+    unused.encode(["a fox"])
+    unused.save()
+    assert not (tmp_path / "unused").exists()  # no word encoded: nothing written
+    np.save(store / "vectors.npy", np.zeros((4, 2), np.float32))  # damaged: its checksum fails, so it is not used
+    assert MemoEmbedder(Fake(), store=store).stored == 0
+    assert MemoEmbedder(Fake(), words=False, store=store).store is None
+
+
+def test_reformulate_file_reuses_the_words_an_earlier_run_encoded(trained, monkeypatch):
+    import adaptive_ir.inference.memo as memo_mod
+
+    cfg, ref, _ = trained
+    qids, texts, _ = ref.ws.collection.split("test")
+    made = []
+
+    class Recorded(memo_mod.MemoEmbedder):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(memo_mod, "MemoEmbedder", Recorded)
+    queries = list(zip(qids[:8], texts[:8]))
+    store = ref.ws.emb_cache.folder / "words"
+    shutil.rmtree(store, ignore_errors=True)  # what earlier tests of this module stored
+    first = list(ref.reformulate_file(queries, batch_size=4))
+    second = list(ref.reformulate_file(queries, batch_size=4))
+    assert [r["lucene_query"] for r in second] == [r["lucene_query"] for r in first]
+    assert made[0].store == store and (store / "meta.json").is_file()
+    assert made[0].stored == 0 < made[1].stored
+    assert made[1].encoded < made[0].encoded  # the candidate words came from the store: only query texts encoded

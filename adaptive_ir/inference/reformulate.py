@@ -161,7 +161,8 @@ class Reformulator:
         ``progress``: a bar counting queries (of ``total``, when known).
 
         The embedding model encodes each batch's query texts once (not once for the feedback and once for the
-        policy) and, with ``reuse_word_vectors``, each candidate term once per run (``memo.MemoEmbedder``)."""
+        policy) and, with ``reuse_word_vectors``, each candidate term once: once per run, and once across runs that
+        share the embedding cache (its ``words/`` folder, written as the run ends; ``memo.MemoEmbedder``)."""
         from tqdm.auto import tqdm
 
         from adaptive_ir.inference.memo import MemoEmbedder
@@ -170,7 +171,9 @@ class Reformulator:
         ws = self.ws
         embedder, fb_embedder = getattr(ws, "embedder", None), getattr(ws, "fb_embedder", None)
         if embedder is not None:
-            memo = MemoEmbedder(embedder, words=reuse_word_vectors)
+            cache = getattr(ws, "emb_cache", None)
+            store = None if cache is None or cache.folder is None else cache.folder / "words"
+            memo = MemoEmbedder(embedder, words=reuse_word_vectors, store=store)
             ws.embedder = memo
             if fb_embedder is embedder:
                 ws.fb_embedder = memo
@@ -184,6 +187,7 @@ class Reformulator:
         finally:
             bar.close()
             if embedder is not None:
+                memo.save()
                 ws.embedder = embedder
                 if fb_embedder is embedder:
                     ws.fb_embedder = fb_embedder
