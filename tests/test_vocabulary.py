@@ -44,7 +44,7 @@ def test_saved_mapped_and_the_older_json_form(tmp_path):
     v = Vocabulary.from_terms(TERMS, TERMS[::-1])
     v.save(tmp_path)
     back = Vocabulary.load(tmp_path)
-    assert isinstance(back.terms.buf, np.memmap) and isinstance(back.ids.hashes, np.memmap)
+    assert isinstance(back.terms.buf.base, np.memmap) and isinstance(back.ids.hashes.base, np.memmap)  # mapped, read as arrays
     assert back.terms == v.terms and back.surface == TERMS[::-1] and back.encode(TERMS) == list(range(len(TERMS)))
     plain = Vocabulary.from_terms(TERMS)
     plain.save(tmp_path / "plain")

@@ -30,7 +30,8 @@ class TermIds(Mapping[str, int]):
     """term → id over ``Strings``: the terms' CRC-32s, sorted (uint32), and the ids in that order (int32)."""
 
     def __init__(self, terms: Strings, hashes: np.ndarray, order: np.ndarray):
-        self.terms, self.hashes, self.order = terms, hashes, order
+        # maps read as plain arrays over the same pages (np.memmap's own indexing is slow; see Strings)
+        self.terms, self.hashes, self.order = terms, np.asarray(hashes), np.asarray(order)
 
     @classmethod
     def of(cls, terms: Strings) -> TermIds:
