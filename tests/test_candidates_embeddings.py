@@ -496,6 +496,7 @@ def test_cpu_calls_fit_a_token_budget_and_keep_each_text_its_row(monkeypatch):
     together = emb.encode(texts)
     alone = np.stack([emb.encode([t])[0] for t in texts])
     np.testing.assert_allclose(together, alone, atol=1e-5)  # each text's vector in its own row
+    assert emb._cpu_calls([]) == [] and emb.encode([]).shape == (0, emb.dim)
 
 
 def test_legacy_word2vec_pickle(tmp_path):

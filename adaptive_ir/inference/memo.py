@@ -51,17 +51,21 @@ class MemoEmbedder:
         """Words encoded since the store was read or written."""
 
     def _read_store(self) -> int:
-        arrays = None if self.store is None else load_arrays(self.store, self._store_meta())
-        if arrays is None:
-            return 0
-        words, vectors = arrays["words"], arrays["vectors"]
-        if words.ndim != 1 or vectors.shape != (len(words), self.inner.dim):
-            return 0  # not this model's (a store is keyed by its cache key, so only a damaged one)
-        for word, vector in zip(words.tolist(), np.array(vectors, np.float32)):
-            self.words[word] = vector
+        self.words.update(self._stored())
         while len(self.words) > self.capacity:
             self.words.popitem(last=False)
         return len(self.words)
+
+    def _stored(self) -> list[tuple[str, np.ndarray]]:
+        """(word, vector) pairs in the store, least recently used first; none when there is no store or it does not
+        hold a word list beside one vector of this model's dimension per word."""
+        arrays = None if self.store is None else load_arrays(self.store, self._store_meta())
+        if arrays is None:
+            return []
+        words, vectors = arrays["words"], arrays["vectors"]
+        if words.ndim != 1 or vectors.shape != (len(words), self.inner.dim):
+            return []  # not this model's (a store is keyed by its cache key, so only a damaged one)
+        return list(zip(words.tolist(), np.array(vectors, np.float32)))
 
     def _store_meta(self) -> dict:
         return {"what": "word vectors", "dim": int(self.inner.dim)}
@@ -71,12 +75,7 @@ class MemoEmbedder:
         merged with words another run stored meanwhile; nothing when no word was encoded since the last read."""
         if self.store is None or not self.fresh_words:
             return
-        merged: OrderedDict[str, np.ndarray] = OrderedDict()
-        other = load_arrays(self.store, self._store_meta())
-        if other is not None and other["vectors"].shape == (len(other["words"]), self.inner.dim):
-            for word, vector in zip(other["words"].tolist(), np.array(other["vectors"], np.float32)):
-                if word not in self.words:
-                    merged[word] = vector
+        merged = OrderedDict((w, v) for w, v in self._stored() if w not in self.words)
         merged.update(self.words)
         words = list(merged)[-self.capacity:]
         vectors = np.stack([merged[w] for w in words]).astype(np.float32, copy=False) if words else \

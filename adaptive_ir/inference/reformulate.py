@@ -172,8 +172,7 @@ class Reformulator:
         embedder, fb_embedder = getattr(ws, "embedder", None), getattr(ws, "fb_embedder", None)
         if embedder is not None:
             cache = getattr(ws, "emb_cache", None)
-            store = None if cache is None or cache.folder is None else cache.folder / "words"
-            memo = MemoEmbedder(embedder, words=reuse_word_vectors, store=store)
+            memo = MemoEmbedder(embedder, words=reuse_word_vectors, store=cache and cache.words_folder)
             ws.embedder = memo
             if fb_embedder is embedder:
                 ws.fb_embedder = memo

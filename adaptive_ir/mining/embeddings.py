@@ -218,6 +218,8 @@ class SentenceTransformerEmbedder:
         """Row indices of ``texts`` per model call on the CPU: longest first, each call at most ``CPU_TOKENS``
         padded tokens (at least one text) and ``batch_size`` texts. Lengths from the model's own tokenizer (under
         5 % of the encoding's time)."""
+        if not texts:
+            return []
         ids = self.model.tokenizer(texts, truncation=True, max_length=self.model.max_seq_length)["input_ids"]
         lengths = np.fromiter(map(len, ids), np.int64, len(texts))
         order = np.argsort(-lengths, kind="stable")
@@ -352,6 +354,12 @@ class EmbeddingCache:
         self.folder = None if folder is None else Path(folder) / f"embeddings-{fingerprint(identity)}"
         self.hits = self.misses = 0
         """Texts served from the cache / distinct texts encoded, by this object."""
+
+    @property
+    def words_folder(self) -> Path | None:
+        """Where single words' vectors are kept across runs (``inference.memo.MemoEmbedder``'s store); None
+        without a cache folder."""
+        return None if self.folder is None else self.folder / "words"
 
     def encode(self, embedder, texts: list[str], store: bool = True) -> np.ndarray:
         """One row per text (repeats allowed): the table of these texts from the cache, or encoded (each distinct
