@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="reformulate-bench-"))
     path = query_file(Path(args.data_dir), args.queries, folder)
     list(ref.reformulate_file(list(zip(["w"] * 64, ["warm up the compiled kernels"] * 64)), top_docs=10))
-    cache = getattr(ref.ws, "emb_cache", None)
-    store = cache and cache.words_folder
+    store = ref.ws.emb_cache.words_folder
     if args.words == "warm":
         list(ref.reformulate_file(path, batch_size=4096))
 

@@ -14,8 +14,6 @@ import json
 import shutil
 import sys
 
-import numpy as np
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -28,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from adaptive_ir.inference.memo import MemoEmbedder
     from adaptive_ir.inference.reformulate import Reformulator
 
     torch.set_num_threads(args.threads)
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     def stored_after(*query_sets) -> int:
         for queries in query_sets:
             list(ref.reformulate_file(queries, batch_size=4096))
-        return len(np.load(store / "words.npy")) if (store / "words.npy").is_file() else 0
+        return MemoEmbedder(ref.ws.embedder, store=store).stored  # read and checked as a run reads it
 
     shutil.rmtree(store, ignore_errors=True)
     alone = stored_after(second)

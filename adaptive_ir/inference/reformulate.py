@@ -171,8 +171,7 @@ class Reformulator:
         ws = self.ws
         embedder, fb_embedder = getattr(ws, "embedder", None), getattr(ws, "fb_embedder", None)
         if embedder is not None:
-            cache = getattr(ws, "emb_cache", None)
-            memo = MemoEmbedder(embedder, words=reuse_word_vectors, store=cache and cache.words_folder)
+            memo = MemoEmbedder(embedder, words=reuse_word_vectors, store=ws.emb_cache.words_folder)
             ws.embedder = memo
             if fb_embedder is embedder:
                 ws.fb_embedder = memo
