@@ -101,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="cold: the embedding cache's stored word vectors removed before each timed run (a first "
                     "run); warm: kept, filled by one untimed pass over the same file first (a repeated query set's "
                     "words, the best case of the store)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="apply the policy with this setting (repeatable), as evaluate/reformulate --set do")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if any("=" not in item for item in args.set):
+        ap.error("--set takes SECTION.KEY=VALUE")
 
     import torch
 
@@ -110,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    ref = Reformulator.from_pretrained(args.policy, args.data_dir, device="cpu")
+    ref = Reformulator.from_pretrained(args.policy, args.data_dir, device="cpu",
+                                       **dict(item.split("=", 1) for item in args.set))
     load_s = time.perf_counter() - start
     folder = Path(tempfile.mkdtemp(prefix="reformulate-bench-"))
     path = query_file(Path(args.data_dir), args.queries, folder)
@@ -123,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         if store is not None and args.words == "cold":
             shutil.rmtree(store, ignore_errors=True)
 
-    report = {"policy": args.policy, "data_dir": args.data_dir, "queries": args.queries, "load_s": round(load_s, 1),
-              "words": args.words,
+    report = {"policy": args.policy, "settings": args.set, "data_dir": args.data_dir, "queries": args.queries,
+              "load_s": round(load_s, 1), "words": args.words,
               "rss_after_load_mib": round(rss_mib(), 1), "runs": []}
     if args.profile:
         small = query_file(Path(args.data_dir), args.profile, Path(tempfile.mkdtemp()))

