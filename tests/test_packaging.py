@@ -89,7 +89,11 @@ def test_dependency_ranges_and_extras():
     extras = PYPROJECT["project"]["optional-dependencies"]
     bench = {re.split(r"[<>=]", d)[0] for d in extras["bench"]}
     assert bench == {"rank-bm25", "matplotlib"} and not bench & {re.split(r"[<>=]", d)[0] for d in deps}
-    assert "adaptive-ir[bench,examples,lucene]" in extras["test"] and any(d.startswith("ruff") for d in extras["test"])
+    assert "adaptive-ir[bench,examples,lucene,static]" in extras["test"] and any(d.startswith("ruff") for d in
+                                                                                  extras["test"])
+    # model2vec (embeddings.type static) stays optional, as the sentence model's alternatives do
+    assert [re.split(r"[<>=\[]", d)[0] for d in extras["static"]] == ["model2vec"]
+    assert "model2vec" not in {re.split(r"[<>=\[]", d)[0] for d in deps}
     # the env front ends' dependencies stay optional: Kaggle's torch is never upgraded for them
     assert not {re.split(r"[<>=]", d)[0] for d in extras["envs"]} & {re.split(r"[<>=]", d)[0] for d in deps}
     assert "adaptive-ir[envs]" in extras["examples"]
