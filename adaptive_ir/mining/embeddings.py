@@ -269,10 +269,8 @@ def distilled_static_model(cache_dir: str | Path) -> Path:
 
 @contextlib.contextmanager
 def quiet_distillation():
-    """model2vec's per-token progress bar, transformers' and their INFO lines held back: one line says a distillation runs. (Its bar
-    takes no switch, and tqdm reads TQDM_DISABLE only when imported: the module's tqdm is swapped for the call.)"""
-    import functools as ft
-
+    """model2vec's per-token progress bar, transformers' and their INFO lines held back: one line says a distillation
+    runs. (model2vec's bar takes no switch: its module's tqdm is swapped for a disabled one during the call.)"""
     from model2vec.distill import inference
     from tqdm import tqdm
     from transformers.utils import logging as hf_logging
@@ -281,7 +279,7 @@ def quiet_distillation():
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.WARNING)
-    inference.tqdm = ft.partial(tqdm, disable=True)
+    inference.tqdm = functools.partial(tqdm, disable=True)
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar
     try:
