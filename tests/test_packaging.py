@@ -92,7 +92,7 @@ def test_dependency_ranges_and_extras():
     assert "adaptive-ir[bench,examples,lucene,static]" in extras["test"] and any(d.startswith("ruff") for d in
                                                                                   extras["test"])
     # model2vec (embeddings.type static) stays optional, as the sentence model's alternatives do
-    assert [re.split(r"[<>=\[]", d)[0] for d in extras["static"]] == ["model2vec"]
+    assert [re.split(r"[<>=\[]", d)[0] for d in extras["static"]] == ["model2vec", "skeletoken"]
     assert "model2vec" not in {re.split(r"[<>=\[]", d)[0] for d in deps}
     # the env front ends' dependencies stay optional: Kaggle's torch is never upgraded for them
     assert not {re.split(r"[<>=]", d)[0] for d in extras["envs"]} & {re.split(r"[<>=]", d)[0] for d in deps}
