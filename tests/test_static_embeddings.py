@@ -138,3 +138,75 @@ def test_semantic_feedback_by_a_static_model_shares_the_policys_and_encodes_docu
                                                if k not in ("embeddings.type", "embeddings.path",
                                                             "embeddings.embedding_dim")}), torch.device("cpu"), progress=False)
     assert isinstance(lsa.fb_embedder, StaticEmbedder) and lsa.fb_embedder is not lsa.embedder
+
+
+def word_model(folder, words: list[str], dim: int, seed: int):
+    """A model2vec folder over a word-level tokenizer of ``words``, random vectors of ``dim``."""
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    vectors = np.random.default_rng(seed).normal(size=(len(words) + 1, dim)).astype(np.float32)
+    StaticModel(vectors, tok, normalize=False).save_pretrained(str(folder))
+    return str(folder)
+
+
+def test_a_query_encoder_gives_the_feedback_its_query_vectors_and_the_reranker_its_documents(tmp_path):
+    import torch
+
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.config import load_config
+    from adaptive_ir.data import make_default
+    from adaptive_ir.rl.workspace import Workspace
+
+    col = make_default(42)
+    words = sorted({w for t in col.doc_texts() for w in t.lower().split()})[:5000]
+    reranker, queries = word_model(tmp_path / "r", words, 16, 0), word_model(tmp_path / "q", words, 16, 1)
+    base = {"training.output_dir": str(tmp_path), "embeddings.cache_dir": str(tmp_path / "cache"),
+            "candidate_mining.feedback": "semantic", "candidate_mining.rerank_depth": "50",
+            "candidate_mining.top_k0": "5", "candidate_mining.reranker_type": "static",
+            "candidate_mining.reranker_path": reranker}
+    plain = Workspace(load_config("quickstart", base), torch.device("cpu"), progress=False)
+    ws = Workspace(load_config("quickstart", {**base, "candidate_mining.reranker_query_path": queries}),
+                   torch.device("cpu"), progress=False)
+    texts = ["heart attack risk", "solar power"]
+    np.testing.assert_allclose(ws.feedback_vectors(texts), StaticEmbedder(queries, None).encode(texts), rtol=1e-5)
+    np.testing.assert_allclose(plain.feedback_vectors(texts), StaticEmbedder(reranker, None).encode(texts), rtol=1e-5)
+    # documents: the re-ranker's vectors either way; what the feedback picks is cached apart per query model
+    np.testing.assert_array_equal(ws.feedback.doc_vectors.numpy(), plain.feedback.doc_vectors.numpy())
+    assert ws.feedback.identity != plain.feedback.identity
+    narrow = word_model(tmp_path / "n", words, 8, 2)
+    with pytest.raises(ConfigError, match="candidate_mining.reranker_query_path: .*8-dimensional.*the re-ranker 16"):
+        Workspace(load_config("quickstart", {**base, "candidate_mining.reranker_query_path": narrow}),
+                  torch.device("cpu"), progress=False)
+
+
+def test_the_query_encoder_script_learns_the_rerankers_space(tmp_path):
+    from collections import Counter
+    from pathlib import Path
+
+    from helpers import collection_as_beir, default_collection
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("distill_query_encoder",
+                                                  root / "scripts" / "distill_query_encoder.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    col = default_collection()
+    data = collection_as_beir(col, tmp_path / "data")
+    # a vocabulary of the 300 commonest words (the rest unknown, dropped), so that each is seen in training
+    counts = Counter(w for t in col.doc_texts() for w in t.lower().split())
+    words = sorted(w for w, _ in counts.most_common(300))
+    teacher, start = word_model(tmp_path / "t", words, 16, 0), word_model(tmp_path / "s", words, 8, 1)
+    out = tmp_path / "qe"
+    cosines = script.main(["--data-dir", str(data), "--out", str(out), "--reranker-type", "static",
+                           "--reranker-path", teacher, "--start", start, "--queries", "400", "--windows", "600",
+                           "--epochs", "25", "--lr", "0.1", "--seed", "0"])
+    # the least-squares map of a random 8-d table cannot reach a random 16-d one; training every token's vector can
+    assert cosines[0] < 0.9 and cosines[-1] > 0.97 and cosines[-1] > cosines[0] + 0.1, cosines
+    assert not (tmp_path / "qe.tmp").exists()
+    model = StaticEmbedder(str(out), None)
+    texts = [" ".join(t.split()[:30]) for t in col.doc_texts_at(range(50))]
+    cos = (model.encode(texts) * StaticEmbedder(teacher, None).encode(texts)).sum(1)
+    assert model.dim == 16 and cos.mean() > 0.95, cos.mean()

@@ -149,6 +149,10 @@ class CandidateConfig:
     reranker_path: str | None = None
     """Model folder for semantic feedback (of reranker_type); null = the packaged all-MiniLM-L6-v2 (static: distilled
     from it, as embeddings.type static does)."""
+    reranker_query_path: str | None = None
+    """A model2vec folder whose vectors live in the re-ranker's space, for the queries' side of semantic feedback
+    (documents stay encoded by the re-ranker): a static query encoder trained to match it (scripts/
+    distill_query_encoder.py), so that no transformer runs per query; null = the re-ranker encodes queries too."""
     rerank_max_tokens: Count | None = None
     """Tokens of each document the semantic-feedback model reads (null: the model's own limit, 256 for
     all-MiniLM-L6-v2). Encoding the corpus is most of a first run's time (compute-bound: SciFact's 5,183 documents

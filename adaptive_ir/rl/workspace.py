@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adaptive_ir.common.errors import DataError
+from adaptive_ir.common.errors import ConfigError, DataError
 from adaptive_ir.common.io import fingerprint, load_or_compute_rows, sha256
 from adaptive_ir.common.memory import trim_heap
 from adaptive_ir.common.progress import Phases
@@ -227,13 +227,25 @@ class Workspace:
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
         # the token limit, where set, is part of the vectors' identity (unset: the keys of caches written before it)
         limit = {} if cm.rerank_max_tokens is None else {"max_tokens": cm.rerank_max_tokens}
+        # the queries' side of the feedback, where it has its own model (reranker_query_path); None: the re-ranker
+        self.fb_query: tuple[StaticEmbedder, EmbeddingCache] | None = None
+        query_model = {}
+        if cm.reranker_query_path is not None:
+            query_embedder = StaticEmbedder(cm.reranker_query_path, None, key="candidate_mining.reranker_query_path")
+            if query_embedder.dim != self.fb_embedder.dim:
+                raise ConfigError(
+                    f"candidate_mining.reranker_query_path: {cm.reranker_query_path} gives {query_embedder.dim}-"
+                    f"dimensional vectors, the re-ranker {self.fb_embedder.dim}; give a query encoder trained for "
+                    "the re-ranker (scripts/distill_query_encoder.py), or null")
+            self.fb_query = query_embedder, EmbeddingCache(self.cfg.cache_path_dir, query_embedder.cache_key)
+            query_model = {"query_model": query_embedder.cache_key}
         meta = {"model": self.fb_embedder.cache_key, "corpus": self.retriever.corpus_sha256, **limit}
         folder = self.cfg.cache_path_dir / f"doc-vectors-{fingerprint(meta)}"
         with self.phases("encode documents"):
             vectors = encode_corpus(self.fb_embedder, self.collection, folder, meta, progress=self.progress,
                                     max_tokens=cm.rerank_max_tokens)
         # the vectors' identity keys the caches of what they pick (candidates, the RM3 start)
-        return SemanticFeedback(vectors, cm.rerank_depth, {**self.fb_embedder.cache_key, **limit})
+        return SemanticFeedback(vectors, cm.rerank_depth, {**self.fb_embedder.cache_key, **limit, **query_model})
 
     @property
     def feature_dim(self) -> int:
@@ -241,7 +253,8 @@ class Workspace:
 
     def feedback_vectors(self, texts: list[str], store: bool = True) -> np.ndarray:
         """Query vectors of the semantic-feedback model (cached unless ``store`` is False)."""
-        return self.fb_cache.encode(self.fb_embedder, list(texts), store)
+        embedder, cache = self.fb_query or (self.fb_embedder, self.fb_cache)
+        return cache.encode(embedder, list(texts), store)
 
     def candidates(self, name: str, texts: list[str], query_terms: list[list[int]],
                    cache: bool = True) -> CandidateSet:
