@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -305,6 +306,27 @@ def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
     caplog.clear()
     ws.candidates("reliability", texts, terms)  # the rebuilt entry is whole again: loaded, no warning
     assert "damaged" not in caplog.text
+
+
+def test_a_run_whose_parts_a_concurrent_run_removed_takes_that_runs_entry(tmp_path, monkeypatch):
+    # two evaluations of one query set side by side: the first to finish saves the whole entry and removes the
+    # parts, one of which the other has just written and is about to read back
+    entry, meta = tmp_path / "candidates-x", {"k": 1}
+    whole = {"a": np.arange(10, dtype=np.int64)}
+    save = aio.save_arrays
+
+    def save_then_the_other_run_finishes(folder, arrays, meta_):
+        save(folder, arrays, meta_)
+        if Path(folder).parent.name == "parts":
+            save(entry, whole, meta)
+            shutil.rmtree(entry / "parts")
+
+    monkeypatch.setattr(aio, "save_arrays", save_then_the_other_run_finishes)
+    arrays, hit = aio.load_or_compute_rows(entry, meta, 10, 4, lambda lo, hi: {"a": np.arange(lo, hi)}, "x")
+    np.testing.assert_array_equal(arrays["a"], whole["a"])
+    assert not hit and (entry / "meta.json").exists() and not (entry / "parts").exists()
+    monkeypatch.setattr(aio, "save_arrays", save)
+    np.testing.assert_array_equal(aio.load_or_compute_rows(entry, meta, 10, 4, None, "x")[0]["a"], whole["a"])
 
 
 class CountingEmbedder:

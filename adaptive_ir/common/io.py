@@ -247,8 +247,16 @@ def load_or_compute_rows(folder: str | Path, meta: dict, rows: int, part_rows: i
         parts, resumed = [], 0
         for lo in range(0, rows, part_rows):
             hi = min(rows, lo + part_rows)
-            part, hit = load_or_compute(folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]},
-                                        functools.partial(compute, lo, hi), f"{what}, rows {lo}-{hi}")
+            try:
+                part, hit = load_or_compute(folder / "parts" / f"{lo}-{hi}", {**meta, "part": [lo, hi]},
+                                            functools.partial(compute, lo, hi), f"{what}, rows {lo}-{hi}")
+            except FileNotFoundError:
+                # a concurrent run of the same entry finished it and removed the parts under this one: its entry
+                # is the answer (two evaluations of one query set, side by side, met this)
+                done = load_arrays(folder, meta)
+                if done is None:
+                    raise
+                return done
             resumed += (hi - lo) * hit
             parts.append(part)
         if resumed:
