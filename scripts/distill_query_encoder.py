@@ -29,7 +29,7 @@ import torch
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.config.schema import DataConfig
 from adaptive_ir.data import load_collection
-from adaptive_ir.mining.embeddings import SentenceTransformerEmbedder, StaticEmbedder, distilled_static_model
+from adaptive_ir.mining.embeddings import StaticEmbedder, distilled_static_model, make_reranker
 
 
 def training_texts(data_dirs: list[str], queries: int, windows: int, seed: int) -> list[str]:
@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> list[float]:
     try:
         out = Path(args.out)
         start = StaticEmbedder(args.start or distilled_static_model(args.cache_dir), None, key="--start")
-        if args.reranker_type == "static":
-            teacher = StaticEmbedder(args.reranker_path, args.cache_dir, key="--reranker-path")
-        else:
-            teacher = SentenceTransformerEmbedder(args.reranker_path, key="--reranker-path")
+        teacher = make_reranker(args.reranker_type, args.reranker_path, args.cache_dir, key="--reranker-path")
         texts = training_texts(args.data_dir, args.queries, args.windows, args.seed)
         print(f"{len(texts)} texts; encoding them with the re-ranker", file=sys.stderr, flush=True)
         table, cosines = train_student(start.model, texts, teacher.encode(texts), args.epochs, args.lr, args.seed)

@@ -644,9 +644,10 @@ class HashingModel:
 
 def test_workspace_semantic_feedback_encodes_documents_once(tmp_path, monkeypatch):
     from adaptive_ir.config import load_config
+    from adaptive_ir.mining import embeddings as embmod
     from adaptive_ir.rl import workspace as wsmod
 
-    monkeypatch.setattr(wsmod, "SentenceTransformerEmbedder", HashingModel)
+    monkeypatch.setattr(embmod, "SentenceTransformerEmbedder", HashingModel)  # what make_reranker builds
     HashingModel.instances.clear()
     over = {"training.output_dir": str(tmp_path), "embeddings.cache_dir": str(tmp_path / "cache"),
             "candidate_mining.feedback": "semantic", "candidate_mining.rerank_depth": "50",

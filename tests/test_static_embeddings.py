@@ -28,6 +28,18 @@ def static_folder(path, vectors: np.ndarray):
     return path
 
 
+def word_model(folder, words: list[str], dim: int, seed: int):
+    """A model2vec folder over a word-level tokenizer of ``words``, random vectors of ``dim``."""
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    vectors = np.random.default_rng(seed).normal(size=(len(words) + 1, dim)).astype(np.float32)
+    StaticModel(vectors, tok, normalize=False).save_pretrained(str(folder))
+    return str(folder)
+
+
 def unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x)
 
@@ -108,8 +120,6 @@ def test_minilm_distilled_once_keeps_related_words_close(tmp_path, monkeypatch):
 
 def test_semantic_feedback_by_a_static_model_shares_the_policys_and_encodes_documents_with_it(tmp_path):
     import torch
-    from model2vec import StaticModel
-    from tokenizers import Tokenizer, models, pre_tokenizers
 
     from adaptive_ir.config import load_config
     from adaptive_ir.rl.workspace import Workspace
@@ -120,11 +130,7 @@ def test_semantic_feedback_by_a_static_model_shares_the_policys_and_encodes_docu
     probe = Workspace(load_config("quickstart", {**base, "candidate_mining.feedback": "bm25"}), torch.device("cpu"),
                       progress=False)
     words = sorted({w for t in probe.collection.doc_texts() for w in t.lower().split()})[:5000]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    vectors = np.random.default_rng(0).normal(size=(len(words) + 1, 16)).astype(np.float32)
-    folder = tmp_path / "m"
-    StaticModel(vectors, tok, normalize=False).save_pretrained(str(folder))
+    folder = word_model(tmp_path / "m", words, 16, 0)
 
     over = {**base, "embeddings.type": "static", "embeddings.path": str(folder), "embeddings.embedding_dim": "null",
             "candidate_mining.reranker_path": str(folder)}
@@ -138,18 +144,6 @@ def test_semantic_feedback_by_a_static_model_shares_the_policys_and_encodes_docu
                                                if k not in ("embeddings.type", "embeddings.path",
                                                             "embeddings.embedding_dim")}), torch.device("cpu"), progress=False)
     assert isinstance(lsa.fb_embedder, StaticEmbedder) and lsa.fb_embedder is not lsa.embedder
-
-
-def word_model(folder, words: list[str], dim: int, seed: int):
-    """A model2vec folder over a word-level tokenizer of ``words``, random vectors of ``dim``."""
-    from model2vec import StaticModel
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    vectors = np.random.default_rng(seed).normal(size=(len(words) + 1, dim)).astype(np.float32)
-    StaticModel(vectors, tok, normalize=False).save_pretrained(str(folder))
-    return str(folder)
 
 
 def test_a_query_encoder_gives_the_feedback_its_query_vectors_and_the_reranker_its_documents(tmp_path):

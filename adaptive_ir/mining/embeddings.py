@@ -548,6 +548,15 @@ def _verified_chunks(folder: Path, state: dict, path: Path) -> list[str]:
     return []
 
 
+def make_reranker(kind: str, path: str | None, cache_dir: str | Path | None, batch_size: int = 256,
+                  device: str = "cpu", precision: str = "auto", key: str = "candidate_mining.reranker_path"):
+    """The semantic feedback's model (``candidate_mining.reranker_type``): a sentence-transformers model, or a static
+    one (None path: all-MiniLM-L6-v2 distilled into ``cache_dir``); ``key`` names the setting in errors."""
+    if kind == "static":
+        return StaticEmbedder(path, cache_dir, key=key)
+    return SentenceTransformerEmbedder(path, batch_size, device, key=key, precision=precision)
+
+
 def make_embedder(kind: str, path: str | None, corpus: CorpusTerms, analyzer: Analyzer, dim: int | None,
                   seed: int, batch_size: int = 256, device: str = "cpu", cache_dir: str | Path | None = None,
                   corpus_key: str | None = None, precision: str = "auto"):

@@ -28,10 +28,10 @@ from adaptive_ir.data import Collection, load_collection
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
 from adaptive_ir.mining.embeddings import (
     EmbeddingCache,
-    SentenceTransformerEmbedder,
     StaticEmbedder,
     encode_corpus,
     make_embedder,
+    make_reranker,
 )
 from adaptive_ir.mining.query_features import OVERLAP_DEPTH, QUERY_FEATURES, query_features
 from adaptive_ir.retrieval.analyzer import Analyzer
@@ -217,13 +217,9 @@ class Workspace:
             self.fb_embedder, self.fb_cache = self.embedder, self.emb_cache
         else:
             with self.phases("feedback re-ranking model"):
-                if cm.reranker_type == "static":
-                    self.fb_embedder = StaticEmbedder(cm.reranker_path, self.cfg.cache_path_dir,
-                                                      key="candidate_mining.reranker_path")
-                else:
-                    self.fb_embedder = SentenceTransformerEmbedder(
-                        cm.reranker_path, ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
-                        key="candidate_mining.reranker_path", precision=ec.precision)
+                self.fb_embedder = make_reranker(cm.reranker_type, cm.reranker_path, self.cfg.cache_path_dir,
+                                                 ec.batch_size, "cuda" if self.device.type == "cuda" else "cpu",
+                                                 ec.precision)
             self.fb_cache = EmbeddingCache(self.cfg.cache_path_dir, self.fb_embedder.cache_key)
         # the token limit, where set, is part of the vectors' identity (unset: the keys of caches written before it)
         limit = {} if cm.rerank_max_tokens is None else {"max_tokens": cm.rerank_max_tokens}
