@@ -4,8 +4,8 @@ candidate terms (``embeddings``: LSA, sentence-transformers, static model2vec, t
 query's own features for choosing its start (``query_features``)."""
 
 from adaptive_ir.mining.candidates import CandidateMiner, CandidateSet, mine_cached
-from adaptive_ir.mining.embeddings import EmbeddingCache, encode_corpus, make_embedder
+from adaptive_ir.mining.embeddings import EmbeddingCache, encode_corpus, make_embedder, make_reranker
 from adaptive_ir.mining.query_features import QUERY_FEATURES, query_features
 
 __all__ = ["QUERY_FEATURES", "CandidateMiner", "CandidateSet", "EmbeddingCache", "encode_corpus", "make_embedder",
-           "mine_cached", "query_features"]
+           "make_reranker", "mine_cached", "query_features"]
