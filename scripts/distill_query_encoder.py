@@ -12,6 +12,9 @@ default: all-MiniLM-L6-v2 distilled, as `embeddings.type: static` makes it) whos
 re-ranker's space by least squares; then every token's vector is trained (Adam, loss 1 − cosine, mean pooling as
 model2vec encodes). Prints the held-out cosine (5 % of the texts) after the map and after each epoch; writes the
 folder to a temporary name and renames it, so an interrupted run leaves nothing a run would load.
+
+A collection with fewer documents than --windows gives several windows of each. Where the encoder is applied,
+`candidate_mining.reranker_query_adapt` trains it further on the collection's own documents at first use.
 """
 
 from __future__ import annotations
@@ -19,17 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import sys
-from pathlib import Path
 
-import numpy as np
 import torch
 
 from adaptive_ir.common.errors import AdaptiveIRError
 from adaptive_ir.config.schema import DataConfig
 from adaptive_ir.data import load_collection
 from adaptive_ir.mining.embeddings import StaticEmbedder, distilled_static_model, make_reranker
+from adaptive_ir.mining.query_encoder import document_windows, fit_table, save_encoder
 
 
 def training_texts(data_dirs: list[str], queries: int, windows: int, seed: int) -> list[str]:
@@ -41,54 +42,11 @@ def training_texts(data_dirs: list[str], queries: int, windows: int, seed: int) 
     for d in data_dirs:
         col = load_collection(DataConfig(dataset_type="beir", data_dir=d), seed, splits=("train",))
         pool += col.split("train")[1]
-        n = col.num_docs
-        for text in col.doc_texts_at(list(range(0, n, max(1, n // windows)))[:windows]):
-            words = text.split()
-            if len(words) >= 6:
-                k = rng.randint(6, min(60, len(words)))
-                start = rng.randint(0, len(words) - k)
-                texts.append(" ".join(words[start:start + k]))
+        texts += document_windows(col, windows, rng)
     rng.shuffle(pool)
     texts = list(dict.fromkeys(pool[:queries] + texts))
     rng.shuffle(texts)
     return texts
-
-
-def train_student(start, texts: list[str], targets: np.ndarray, epochs: int, lr: float, seed: int):
-    """(token table, held-out cosines): the start model's table mapped by least squares, then trained."""
-    torch.manual_seed(seed)
-    ids = [x[:512] for x in start.tokenize(texts)]
-    keep = [i for i, x in enumerate(ids) if x]  # a text with no known token teaches nothing
-    ids, y = [ids[i] for i in keep], torch.tensor(targets[keep])
-    order = np.random.default_rng(seed).permutation(len(ids))
-    held, train = order[: max(1, len(ids) // 20)], order[max(1, len(ids) // 20):]
-    table = np.asarray(start.embedding, np.float32)
-    means = np.stack([table[x].mean(0) for x in ids])
-    mapping, *_ = np.linalg.lstsq(means[train], y[train].numpy(), rcond=None)
-    bag = torch.nn.EmbeddingBag.from_pretrained(torch.tensor(table @ mapping), freeze=False, mode="mean")
-    tokens = [torch.tensor(x) for x in ids]
-
-    def batch(rows):
-        xs = [tokens[i] for i in rows]
-        offsets = torch.tensor([0] + [len(x) for x in xs[:-1]]).cumsum(0)
-        return bag(torch.cat(xs), offsets)
-
-    def held_cosine() -> float:
-        with torch.no_grad():
-            return float(torch.nn.functional.cosine_similarity(batch(held), y[held]).mean())
-
-    cosines = [held_cosine()]
-    opt = torch.optim.Adam(bag.parameters(), lr=lr)
-    for epoch in range(epochs):
-        rows = np.random.default_rng(seed + 1 + epoch).permutation(train)
-        for b in range(0, len(rows), 256):
-            part = rows[b:b + 256]
-            loss = (1 - torch.nn.functional.cosine_similarity(batch(part), y[part])).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        cosines.append(held_cosine())
-    return bag.weight.detach().numpy(), cosines
 
 
 def main(argv: list[str] | None = None) -> list[float]:
@@ -113,23 +71,15 @@ def main(argv: list[str] | None = None) -> list[float]:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        out = Path(args.out)
         start = StaticEmbedder(args.start or distilled_static_model(args.cache_dir), None, key="--start")
         teacher = make_reranker(args.reranker_type, args.reranker_path, args.cache_dir, key="--reranker-path")
         texts = training_texts(args.data_dir, args.queries, args.windows, args.seed)
         print(f"{len(texts)} texts; encoding them with the re-ranker", file=sys.stderr, flush=True)
-        table, cosines = train_student(start.model, texts, teacher.encode(texts), args.epochs, args.lr, args.seed)
+        table, cosines = fit_table(start.model, texts, teacher.encode(texts), args.epochs, args.lr, args.seed)
     except AdaptiveIRError as e:
         p.exit(2, f"error: {e}\n")
-    from model2vec import StaticModel
-
-    tmp = out.with_name(f"{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    StaticModel(vectors=table, tokenizer=start.model.tokenizer, normalize=True).save_pretrained(str(tmp))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    print(json.dumps({"out": str(out), "texts": len(texts), "held_out_cosine": [round(c, 4) for c in cosines]}))
+    save_encoder(table, start.model.tokenizer, args.out)
+    print(json.dumps({"out": args.out, "texts": len(texts), "held_out_cosine": [round(c, 4) for c in cosines]}))
     return cosines
 
 

@@ -28,14 +28,16 @@ def static_folder(path, vectors: np.ndarray):
     return path
 
 
-def word_model(folder, words: list[str], dim: int, seed: int):
-    """A model2vec folder over a word-level tokenizer of ``words``, random vectors of ``dim``."""
+def word_model(folder, words: list[str], dim: int, seed: int, vectors: np.ndarray | None = None):
+    """A model2vec folder over a word-level tokenizer of ``words``: ``vectors`` (one row per word, after [UNK]'s),
+    or random ones of ``dim``."""
     from model2vec import StaticModel
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    vectors = np.random.default_rng(seed).normal(size=(len(words) + 1, dim)).astype(np.float32)
+    if vectors is None:
+        vectors = np.random.default_rng(seed).normal(size=(len(words) + 1, dim)).astype(np.float32)
     StaticModel(vectors, tok, normalize=False).save_pretrained(str(folder))
     return str(folder)
 
@@ -176,6 +178,68 @@ def test_a_query_encoder_gives_the_feedback_its_query_vectors_and_the_reranker_i
                   torch.device("cpu"), progress=False)
 
 
+def test_the_query_encoder_is_adapted_to_the_collections_documents_once(tmp_path, monkeypatch):
+    import torch
+
+    from adaptive_ir.common.errors import ConfigError
+    from adaptive_ir.config import load_config
+    from adaptive_ir.data import make_default
+    from adaptive_ir.mining import query_encoder
+    from adaptive_ir.rl.workspace import Workspace
+
+    col = make_default(42)
+    words = sorted({w for t in col.doc_texts() for w in t.lower().split()})[:5000]
+    reranker = word_model(tmp_path / "r", words, 16, 0)
+    # an encoder near the re-ranker's space, not in it: the re-ranker's vectors, perturbed
+    near = StaticEmbedder(reranker, None).model.embedding + np.random.default_rng(1).normal(
+        0, 0.5, size=(len(words) + 1, 16)).astype(np.float32)
+    queries = word_model(tmp_path / "q", words, 16, 1, vectors=near)
+    base = {"training.output_dir": str(tmp_path), "embeddings.cache_dir": str(tmp_path / "cache"),
+            "candidate_mining.feedback": "semantic", "candidate_mining.rerank_depth": "50",
+            "candidate_mining.top_k0": "5", "candidate_mining.reranker_type": "static",
+            "candidate_mining.reranker_path": reranker, "candidate_mining.reranker_query_path": queries,
+            "candidate_mining.reranker_query_adapt": "1500"}
+    ws = Workspace(load_config("quickstart", base), torch.device("cpu"), progress=False)
+    adapted = ws.fb_query[0]
+    assert adapted.cache_key["files"] != StaticEmbedder(queries, None).cache_key["files"]
+    assert len(list((tmp_path / "cache").glob("query-encoder-*/q/config.json"))) == 1
+    # trained (the unit test below says towards what): more than float16's rounding of the given table apart
+    given = StaticEmbedder(queries, None).model.embedding.astype(np.float16).astype(np.float32)
+    assert np.abs(adapted.model.embedding.astype(np.float32) - given).max() > 5e-3
+    texts = [" ".join(t.split()[:20]) for t in col.doc_texts_at(range(3))]
+    np.testing.assert_allclose(ws.feedback_vectors(texts), adapted.encode(texts), rtol=1e-5)
+    # made once: a second run over the same cache loads it (training again would fail here)
+    monkeypatch.setattr(query_encoder, "fit_table", lambda *a, **k: pytest.fail("adapted again"))
+    again = Workspace(load_config("quickstart", base), torch.device("cpu"), progress=False)
+    assert again.fb_query[0].cache_key == adapted.cache_key and again.feedback.identity == ws.feedback.identity
+    monkeypatch.undo()
+    # the same settings in another cache: the same encoder, bit for bit
+    other = Workspace(load_config("quickstart", {**base, "embeddings.cache_dir": str(tmp_path / "c2")}),
+                      torch.device("cpu"), progress=False)
+    np.testing.assert_array_equal(other.fb_query[0].model.embedding, adapted.model.embedding)
+    with pytest.raises(ConfigError, match="candidate_mining.reranker_query_adapt=1500: .*reranker_query_path, which is null"):
+        load_config("quickstart", {**base, "candidate_mining.reranker_query_path": "null"})
+
+
+def test_adapting_brings_the_encoder_into_the_rerankers_space_on_the_collections_documents(tmp_path):
+    from adaptive_ir.data import make_default
+    from adaptive_ir.mining.query_encoder import adapted_query_encoder
+
+    col = make_default(42)
+    words = sorted({w for t in col.doc_texts() for w in t.lower().split()})[:5000]
+    reranker = StaticEmbedder(word_model(tmp_path / "r", words, 16, 0), None)
+    near = reranker.model.embedding + np.random.default_rng(1).normal(0, 0.5, size=(len(words) + 1, 16))
+    given = StaticEmbedder(word_model(tmp_path / "q", words, 16, 1, vectors=near.astype(np.float32)), None)
+    folder = adapted_query_encoder(given, reranker, col, "corpus-digest", tmp_path / "cache", 1500, epochs=10,
+                                   lr=0.05)
+    adapted = StaticEmbedder(folder, None)
+    texts = [" ".join(t.split()[5:35]) for t in col.doc_texts_at(range(3, col.num_docs, 7))]
+    target = reranker.encode(texts)
+    before, after = ((m.encode(texts) * target).sum(1).mean() for m in (given, adapted))
+    assert before < 0.92 and after > before + 0.05, (before, after)
+    assert adapted.model.embedding.dtype == np.float16 and not list(folder.parent.glob("*.tmp*"))
+
+
 def test_the_query_encoder_script_learns_the_rerankers_space(tmp_path):
     from collections import Counter
     from pathlib import Path
@@ -199,7 +263,8 @@ def test_the_query_encoder_script_learns_the_rerankers_space(tmp_path):
                            "--epochs", "25", "--lr", "0.1", "--seed", "0"])
     # the least-squares map of a random 8-d table cannot reach a random 16-d one; training every token's vector can
     assert cosines[0] < 0.9 and cosines[-1] > 0.97 and cosines[-1] > cosines[0] + 0.1, cosines
-    assert not (tmp_path / "qe.tmp").exists()
+    assert not list(tmp_path.glob("qe.tmp*"))
+    assert StaticEmbedder(str(out), None).model.embedding.dtype == np.float16  # half the bytes on disk
     model = StaticEmbedder(str(out), None)
     texts = [" ".join(t.split()[:30]) for t in col.doc_texts_at(range(50))]
     cos = (model.encode(texts) * StaticEmbedder(teacher, None).encode(texts)).sum(1)

@@ -274,6 +274,9 @@ def _validate(cfg: Config, origins: Origins) -> None:
         fail(
             "candidate_mining.min_candidates", f"{mining.min_candidates} exceeds max_candidates={mining.max_candidates}"
         )
+    if mining.reranker_query_adapt and mining.reranker_query_path is None:
+        fail("candidate_mining.reranker_query_adapt", "adapts the query encoder at reranker_query_path, which is "
+             "null; set reranker_query_path to a query encoder (scripts/distill_query_encoder.py), or adapt 0")
 
     retrieval = cfg.retrieval
     if retrieval.bm25_scoring == "lucene" and retrieval.idf != "lucene":

@@ -153,6 +153,10 @@ class CandidateConfig:
     """A model2vec folder whose vectors live in the re-ranker's space, for the queries' side of semantic feedback
     (documents stay encoded by the re-ranker): a static query encoder trained to match it (scripts/
     distill_query_encoder.py), so that no transformer runs per query; null = the re-ranker encodes queries too."""
+    reranker_query_adapt: Count = 0
+    """Word windows (6–60 words) of the collection's documents the query encoder at reranker_query_path is trained
+    on further at first use, with the re-ranker's vectors of them as targets (no queries, no judgments read; made
+    once into the cache: ~2 min on 2 cores for 20,000); 0 = the encoder as given."""
     rerank_max_tokens: Count | None = None
     """Tokens of each document the semantic-feedback model reads (null: the model's own limit, 256 for
     all-MiniLM-L6-v2). Encoding the corpus is most of a first run's time (compute-bound: SciFact's 5,183 documents

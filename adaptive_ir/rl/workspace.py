@@ -33,6 +33,7 @@ from adaptive_ir.mining.embeddings import (
     make_embedder,
     make_reranker,
 )
+from adaptive_ir.mining.query_encoder import adapted_query_encoder
 from adaptive_ir.mining.query_features import OVERLAP_DEPTH, QUERY_FEATURES, query_features
 from adaptive_ir.retrieval.analyzer import Analyzer
 from adaptive_ir.retrieval.feedback import SemanticFeedback
@@ -233,6 +234,12 @@ class Workspace:
                     f"candidate_mining.reranker_query_path: {cm.reranker_query_path} gives {query_embedder.dim}-"
                     f"dimensional vectors, the re-ranker {self.fb_embedder.dim}; give a query encoder trained for "
                     "the re-ranker (scripts/distill_query_encoder.py), or null")
+            if cm.reranker_query_adapt:
+                with self.phases("adapt query encoder"):
+                    adapted = adapted_query_encoder(query_embedder, self.fb_embedder, self.collection,
+                                                    self.retriever.corpus_sha256, self.cfg.cache_path_dir,
+                                                    cm.reranker_query_adapt)
+                query_embedder = StaticEmbedder(adapted, None, key="candidate_mining.reranker_query_adapt")
             self.fb_query = query_embedder, EmbeddingCache(self.cfg.cache_path_dir, query_embedder.cache_key)
             query_model = {"query_model": query_embedder.cache_key}
         meta = {"model": self.fb_embedder.cache_key, "corpus": self.retriever.corpus_sha256, **limit}
