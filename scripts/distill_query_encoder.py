@@ -6,15 +6,16 @@ encoded by the re-ranker, once, into the cache).
         --out models/query-encoder
 
 Texts: each collection's train queries (sampled to --queries in all) and word windows of its documents (6–60 words,
---windows per collection, from evenly spaced documents); no judgments are read. Targets: the re-ranker's vectors of
-those texts (the packaged all-MiniLM-L6-v2 unless --reranker-path). The student starts from a static model (--start;
-default: all-MiniLM-L6-v2 distilled, as `embeddings.type: static` makes it) whose token table is mapped into the
-re-ranker's space by least squares; then every token's vector is trained (Adam, loss 1 − cosine, mean pooling as
-model2vec encodes). Prints the held-out cosine (5 % of the texts) after the map and after each epoch; writes the
-folder to a temporary name and renames it, so an interrupted run leaves nothing a run would load.
+--windows per collection, from evenly spaced documents, at most one a document); no judgments are read. Targets:
+the re-ranker's vectors of those texts (the packaged all-MiniLM-L6-v2 unless --reranker-path). The student starts
+from a static model (--start; default: all-MiniLM-L6-v2 distilled, as `embeddings.type: static` makes it) whose
+token table is mapped into the re-ranker's space by least squares; then every token's vector is trained (Adam, loss
+1 − cosine, mean pooling as model2vec encodes). Prints the held-out cosine (5 % of the texts) after the map and after
+each epoch; writes the folder (float16) to a temporary name and renames it, so an interrupted run leaves nothing a
+run would load.
 
-A collection with fewer documents than --windows gives several windows of each. Where the encoder is applied,
-`candidate_mining.reranker_query_adapt` trains it further on the collection's own documents at first use.
+Where the encoder is applied, `candidate_mining.reranker_query_adapt` trains it further on the collection's own
+documents at first use.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def training_texts(data_dirs: list[str], queries: int, windows: int, seed: int) 
     for d in data_dirs:
         col = load_collection(DataConfig(dataset_type="beir", data_dir=d), seed, splits=("train",))
         pool += col.split("train")[1]
-        texts += document_windows(col, windows, rng)
+        texts += document_windows(col, min(windows, col.num_docs), rng)  # at most one window a document
     rng.shuffle(pool)
     texts = list(dict.fromkeys(pool[:queries] + texts))
     rng.shuffle(texts)

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from adaptive_ir.common.io import fingerprint
 from adaptive_ir.data import Collection
@@ -48,8 +49,6 @@ def fit_table(start, texts: list[str], targets: np.ndarray, epochs: int, lr: flo
     With ``mapped`` the start's table is first mapped into the targets' space by least squares (its width may
     differ); without, it is in that space already (an encoder being adapted). The cosines are on 5 % of the texts
     held out: after the map, then after each epoch."""
-    import torch
-
     torch.manual_seed(seed)
     ids = [x[:512] for x in start.tokenize(texts)]
     keep = [i for i, x in enumerate(ids) if x]  # a text with no known token teaches nothing
