@@ -153,7 +153,7 @@ class CandidateConfig:
     """A model2vec folder whose vectors live in the re-ranker's space, for the queries' side of semantic feedback
     (documents stay encoded by the re-ranker): a static query encoder trained to match it (scripts/
     distill_query_encoder.py), so that no transformer runs per query; null = the re-ranker encodes queries too."""
-    reranker_query_adapt: Count = 0
+    reranker_query_adapt: NonNegInt = 0
     """Word windows (6–60 words) of the collection's documents the query encoder at reranker_query_path is trained
     on further at first use, with the re-ranker's vectors of them as targets (no queries, no judgments read; made
     once into the cache: ~2 min on 2 cores for 20,000); 0 = the encoder as given."""
