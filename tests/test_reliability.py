@@ -308,6 +308,31 @@ def test_damaged_candidate_cache_is_rebuilt_not_used(small_workspace, caplog):
     assert "damaged" not in caplog.text
 
 
+def test_a_folder_is_written_whole_or_not_at_all(tmp_path):
+    folder = tmp_path / "cache" / "model"
+
+    def interrupted(tmp):
+        tmp.mkdir()
+        (tmp / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        aio.atomic_write_folder(folder, interrupted)
+    assert not folder.exists() and os.listdir(folder.parent) == []  # no temporary folder left either
+
+    def write(text):
+        def into(tmp):
+            tmp.mkdir()
+            (tmp / "config.json").write_text(text)
+        return into
+
+    aio.atomic_write_folder(folder, write("first"))
+    aio.atomic_write_folder(folder, write("another run's"), replace=False)  # an entry made meanwhile is kept
+    assert (folder / "config.json").read_text() == "first" and os.listdir(folder.parent) == ["model"]
+    aio.atomic_write_folder(folder, write("second"))
+    assert (folder / "config.json").read_text() == "second" and os.listdir(folder.parent) == ["model"]
+
+
 def test_a_run_whose_parts_a_concurrent_run_removed_takes_that_runs_entry(tmp_path, monkeypatch):
     # two evaluations of one query set side by side: the first to finish saves the whole entry and removes the
     # parts, one of which the other has just written and is about to read back

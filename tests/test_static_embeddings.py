@@ -19,12 +19,7 @@ VOCAB = ["[UNK]", "[PAD]", "heart", "attack", "the"]
 
 def static_folder(path, vectors: np.ndarray):
     """A model2vec folder over a word-level tokenizer of VOCAB."""
-    from model2vec import StaticModel
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    StaticModel(vectors, tok, normalize=False).save_pretrained(str(path))
+    word_model(path, VOCAB[1:], vectors.shape[1], 0, vectors)
     return path
 
 

